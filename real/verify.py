@@ -1,0 +1,104 @@
+"""``sarlab verify``: distributed outputs and gradients against a single-process PyG reference."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+
+import torch
+
+from sarlab.graphs import Graph
+from sarlab.nn.model import GNN
+from sarlab.partition import partition
+from sarlab.reference import reference_step
+from sarlab.train import DTYPES
+
+from .launcher import launch
+
+DEFAULT_TOL = {"float32": 1e-5, "float64": 1e-10}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Errors of one (model, mode, dtype) against the reference.
+
+    ``output_err`` = max |ours - ref| / max |ref| over the logits of every node; ``grad_err`` = the max
+    over parameters of max |ours - ref| / max(max |ref|, 1e-3 * largest gradient entry of the model)
+    (parameters whose true gradient is ~0, e.g. biases before BatchNorm, are judged on the model's
+    gradient scale rather than on their own round-off); ``loss_err`` is relative.
+    """
+
+    label: str
+    dtype: str
+    output_err: float
+    grad_err: float
+    worst_param: str
+    loss_err: float
+    tol: float
+
+    @property
+    def max_err(self) -> float:
+        return max(self.output_err, self.grad_err, self.loss_err)
+
+    @property
+    def ok(self) -> bool:
+        return self.max_err <= self.tol
+
+
+def compare(worker_results: list, ref: dict, label: str, dtype: str, tol: float) -> Comparison:
+    logits = torch.full_like(ref["logits"], float("nan"))
+    for res in worker_results:
+        logits[res["orig_ids"]] = res["logits"].to(logits.dtype)
+    out_err = float((logits - ref["logits"]).abs().max() / ref["logits"].abs().max().clamp(min=1e-300))
+    if torch.isnan(logits).any():
+        out_err = float("inf")
+    grads = worker_results[0]["grads"]
+    scale = max(float(g.abs().max()) for g in ref["grads"].values())
+    worst, worst_name = 0.0, ""
+    if set(grads) != set(ref["grads"]):
+        raise RuntimeError(f"parameter sets differ: {sorted(set(grads) ^ set(ref['grads']))}")
+    for name, g_ref in ref["grads"].items():
+        err = float((grads[name] - g_ref).abs().max()) / max(float(g_ref.abs().max()), 1e-3 * scale, 1e-300)
+        if err > worst or not worst_name:
+            worst, worst_name = err, name
+    loss_err = abs(worker_results[0]["loss"] - ref["loss"]) / max(abs(ref["loss"]), 1e-300)
+    return Comparison(label, dtype, out_err, worst, worst_name, loss_err, tol)
+
+
+def verify(graph: Graph, workers: int, variants: list, method: str = "metis", tol: float | None = None,
+           backend: str = "gloo", timeout_s: float = 60.0, progress=print) -> list[Comparison]:
+    """Partition ``graph``, run every (ModelConfig, EngineConfig, dtype) variant on ``workers`` processes
+    in one process group, and compare each against the PyG reference."""
+    from sarlab.train import TrainConfig
+
+    from .jobs import Job
+
+    tmp = tempfile.mkdtemp(prefix="sarlab-verify-")
+    try:
+        pdir = os.path.join(tmp, "parts")
+        partition(graph, workers, pdir, method=method)
+        model0, engine0, dtype0 = variants[0]
+        job = Job("verify", pdir, model0, TrainConfig(dtype=dtype0), engine0, backend=backend,
+                  timeout_s=timeout_s, variants=tuple(variants))
+        progress(f"verify: {len(variants)} configuration(s) on {workers} worker(s), graph {graph.name}")
+        gathered = launch(job, workers)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    out = []
+    for i, (model_cfg, engine_cfg, dtype) in enumerate(variants):
+        model = GNN(model_cfg, graph.feature_dim, graph.num_classes).to(DTYPES[dtype])
+        model.load_state_dict(gathered[0][i]["init"])
+        ref = reference_step(model, graph, DTYPES[dtype])
+        label = (f"{model_cfg.model}{'-' + model_cfg.aggr if model_cfg.model == 'sage' else ''}"
+                 f"{'-h%d' % model_cfg.heads if model_cfg.model == 'gat' else ''} {engine_cfg.mode} N={workers}")
+        out.append(compare([g[i] for g in gathered], ref, label, dtype, tol or DEFAULT_TOL[dtype]))
+    return out
+
+
+def format_table(rows: list[Comparison]) -> str:
+    lines = [f"{'configuration':<28} {'dtype':<8} {'output':>9} {'grads':>9} {'loss':>9} {'tol':>7}  result"]
+    for c in rows:
+        lines.append(f"{c.label:<28} {c.dtype:<8} {c.output_err:9.2e} {c.grad_err:9.2e} {c.loss_err:9.2e} "
+                     f"{c.tol:7.0e}  {'ok' if c.ok else 'FAIL (worst: ' + c.worst_param + ')'}")
+    return "\n".join(lines)

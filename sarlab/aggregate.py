@@ -1,0 +1,243 @@
+"""The three aggregation modes as autograd Functions: ``sar``, ``sa`` and ``oneshot``.
+
+* ``sar``: the local shard, then ring rounds ``r = 1..N-1`` fetching the rows of peer ``rank - r``
+  (``prefetch`` rounds ahead), aggregated with autograd off and freed at once. Backward: case 1
+  (linear aggregators) computes each remote shard's gradient ``A_q^T g`` locally and sends it to its
+  owner; case 2 re-fetches each shard, rematerializes its contribution and sends the gradient back.
+* ``sa``: the same rounds, but every fetched shard stays resident until backward (no re-fetch).
+* ``oneshot``: one exchange of all halo rows with every peer, then one aggregation over
+  ``[own rows; halo rows]``; backward sends all halo gradients back in one exchange.
+
+Every Function returns parameter and input gradients through autograd (no writes into ``.grad``).
+All workers post the same exchanges in the same order; every exchange completes before a Function
+returns, so consecutive layers never mix messages.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import torch
+
+from .comm import TAG_FEATURES, TAG_GRADS, TAG_HALO, TAG_HALO_GRADS
+
+
+def _ring_peers(graph, r: int) -> tuple[int, int]:
+    """(peer I send to, peer I receive from) in ring round ``r``."""
+    return (graph.rank + r) % graph.world, (graph.rank - r) % graph.world
+
+
+def ring_fetch(graph, src_x: torch.Tensor, prefetch: int):
+    """Yield ``(round, owner, rows)`` for rounds 1..N-1: the rows of ``owner`` that this worker needs.
+
+    While round ``r`` is being consumed, rounds ``r+1 .. r+prefetch`` are in flight; a yielded buffer is
+    released as soon as the caller drops it.
+    """
+    tail = src_x.shape[1:]
+
+    def post(r: int):
+        to, frm = _ring_peers(graph, r)
+        send = src_x[graph.index.send_rows[to]]
+        recv = torch.empty((graph.index.recv_counts[frm], *tail), dtype=src_x.dtype)
+        pending = graph.comm.exchange([(to, send)], [(frm, recv)], TAG_FEATURES)
+        return r, frm, recv, pending, send
+
+    in_flight = deque()
+    next_round = 1
+    while next_round < graph.world and len(in_flight) <= prefetch:
+        in_flight.append(post(next_round))
+        next_round += 1
+    while in_flight:
+        r, frm, recv, pending, send = in_flight.popleft()
+        pending.wait()
+        del send
+        if next_round < graph.world:
+            in_flight.append(post(next_round))
+            next_round += 1
+        yield r, frm, recv
+        del recv
+
+
+class GradReturn:
+    """Send each remote shard's source gradient to its owner; add what peers send back into ``grad_src``.
+
+    At most ``window`` rounds are in flight; ``finish`` drains the rest.
+    """
+
+    def __init__(self, graph, grad_src: torch.Tensor, window: int):
+        self.graph, self.grad_src, self.window = graph, grad_src, max(window, 0)
+        self.in_flight = deque()
+
+    def post(self, r: int, grad_rows: torch.Tensor) -> None:
+        frm_grads, to_grads = _ring_peers(self.graph, r)  # grads go back to the owner (rank - r)
+        rows = self.graph.index.send_rows[frm_grads]
+        recv = torch.empty((rows.numel(), *self.grad_src.shape[1:]), dtype=self.grad_src.dtype)
+        send = grad_rows.contiguous()
+        pending = self.graph.comm.exchange([(to_grads, send)], [(frm_grads, recv)], TAG_GRADS)
+        self.in_flight.append((pending, rows, recv, send))
+        while len(self.in_flight) > self.window:
+            self._complete()
+
+    def _complete(self) -> None:
+        pending, rows, recv, send = self.in_flight.popleft()
+        pending.wait()
+        self.grad_src.index_add_(0, rows, recv)
+
+    def finish(self) -> None:
+        while self.in_flight:
+            self._complete()
+
+
+def _zeros_or_none(t):
+    return None if t is None else torch.zeros_like(t)
+
+
+def _add_into(acc_dst, acc_params, g_dst, g_params):
+    if g_dst is not None and acc_dst is not None:
+        acc_dst += g_dst
+    for acc, g in zip(acc_params, g_params):
+        acc += g
+
+
+class SequentialAggregate(torch.autograd.Function):
+    """``sar`` (``keep=False``) and ``sa`` (``keep=True``) aggregation over the ring of shards."""
+
+    @staticmethod
+    def forward(ctx, graph, agg, keep: bool, src_x, dst_x, *params):
+        state = agg.init(graph.num_nodes, src_x, dst_x, params, graph.local_shard)
+        state = agg.accumulate(state, graph.local_shard, src_x, dst_x, params)
+        kept = {}
+        for r, owner, rows in ring_fetch(graph, src_x, graph.config.prefetch):
+            state = agg.accumulate(state, graph.shards[owner], rows, dst_x, params)
+            if keep:
+                kept[r] = rows
+            del rows
+        out, saved = agg.finalize(graph, state, dst_x, params)
+        del state
+        ctx.graph, ctx.agg, ctx.kept, ctx.saved = graph, agg, kept, saved
+        ctx.has_dst = dst_x is not None
+        ctx.save_for_backward(src_x, *(() if dst_x is None else (dst_x,)), *params, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        graph, agg = ctx.graph, ctx.agg
+        tensors = ctx.saved_tensors
+        src_x = tensors[0]
+        dst_x = tensors[1] if ctx.has_dst else None
+        params = tensors[1 + ctx.has_dst:-1]
+        out = tensors[-1]
+        grad_out = grad_out.contiguous()
+        grad_src = torch.zeros_like(src_x)
+        grad_dst = _zeros_or_none(dst_x)
+        grad_params = [torch.zeros_like(p) for p in params]
+        g_rows, g_dst, g_params = agg.shard_vjp(graph, ctx.saved, out, graph.local_shard, src_x, dst_x, params,
+                                                grad_out)
+        grad_src += g_rows
+        _add_into(grad_dst, grad_params, g_dst, g_params)
+        returns = GradReturn(graph, grad_src, graph.config.prefetch + 1)
+        if agg.linear:  # case 1: A_q^T g needs no source rows (sa kept them all the same)
+            ctx.kept = {}
+            scaled = agg.linear_scale(graph, grad_out)
+            for r in range(1, graph.world):
+                owner = _ring_peers(graph, r)[1]
+                returns.post(r, graph.shards[owner].spmm(scaled, transpose=True))
+        else:
+            if ctx.kept:
+                fetched = ((r, _ring_peers(graph, r)[1], ctx.kept.pop(r)) for r in range(1, graph.world))
+            else:
+                fetched = ring_fetch(graph, src_x, graph.config.prefetch)
+            for r, owner, rows in fetched:
+                g_rows, g_dst, g_params = agg.shard_vjp(graph, ctx.saved, out, graph.shards[owner], rows, dst_x,
+                                                        params, grad_out)
+                del rows
+                _add_into(grad_dst, grad_params, g_dst, g_params)
+                returns.post(r, g_rows)
+                del g_rows
+        returns.finish()
+        ctx.kept = {}
+        return (None, None, None, grad_src, grad_dst, *grad_params)
+
+
+class HaloExchange(torch.autograd.Function):
+    """``[own rows; rows from peer 0; rows from peer 1; ...]`` in one exchange with every peer."""
+
+    @staticmethod
+    def forward(ctx, graph, src_x):
+        n, tail = graph.num_nodes, src_x.shape[1:]
+        total = n + sum(graph.index.recv_counts[q] for q in range(graph.world) if q != graph.rank)
+        ext = torch.empty((total, *tail), dtype=src_x.dtype)
+        ext[:n] = src_x
+        sends, recvs, offset = [], [], n
+        for q in range(graph.world):
+            if q == graph.rank:
+                continue
+            sends.append((q, src_x[graph.index.send_rows[q]]))
+            count = graph.index.recv_counts[q]
+            recvs.append((q, ext[offset:offset + count]))
+            offset += count
+        graph.comm.exchange(sends, recvs, TAG_HALO).wait()
+        ctx.graph = graph
+        return ext
+
+    @staticmethod
+    def backward(ctx, grad_ext):
+        graph = ctx.graph
+        n = graph.num_nodes
+        grad_src = grad_ext[:n].clone()
+        sends, recvs, offset = [], [], n
+        for q in range(graph.world):
+            if q == graph.rank:
+                continue
+            count = graph.index.recv_counts[q]
+            sends.append((q, grad_ext[offset:offset + count].contiguous()))
+            recvs.append((q, torch.empty((graph.index.send_rows[q].numel(), *grad_ext.shape[1:]),
+                                         dtype=grad_ext.dtype)))
+            offset += count
+        graph.comm.exchange(sends, recvs, TAG_HALO_GRADS).wait()
+        for q, buf in recvs:
+            grad_src.index_add_(0, graph.index.send_rows[q], buf)
+        return None, grad_src
+
+
+class ShardAggregate(torch.autograd.Function):
+    """Aggregation over one shard whose source rows are all present (oneshot, or a single worker)."""
+
+    @staticmethod
+    def forward(ctx, graph, agg, shard, src_x, dst_x, *params):
+        state = agg.init(shard.num_dst, src_x, dst_x, params, shard)
+        state = agg.accumulate(state, shard, src_x, dst_x, params)
+        out, saved = agg.finalize(graph, state, dst_x, params)
+        ctx.graph, ctx.agg, ctx.shard, ctx.saved, ctx.has_dst = graph, agg, shard, saved, dst_x is not None
+        ctx.rows_shape = src_x.shape
+        keep_rows = () if agg.linear else (src_x,)  # a linear aggregation's backward never reads its input
+        ctx.keep_rows = bool(keep_rows)
+        ctx.save_for_backward(*keep_rows, *(() if dst_x is None else (dst_x,)), *params, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        tensors = list(ctx.saved_tensors)
+        rows = tensors.pop(0) if ctx.keep_rows else None
+        dst_x = tensors.pop(0) if ctx.has_dst else None
+        out = tensors.pop()
+        params = tuple(tensors)
+        g_rows, g_dst, g_params = ctx.agg.shard_vjp(ctx.graph, ctx.saved, out, ctx.shard, rows, dst_x, params,
+                                                    grad_out.contiguous())
+        if ctx.has_dst and g_dst is None:
+            g_dst = torch.zeros_like(dst_x)
+        g_params = list(g_params) or [torch.zeros_like(p) for p in params]
+        return (None, None, None, g_rows, g_dst, *g_params)
+
+
+def run_aggregation(graph, agg, src_x: torch.Tensor, dst_x, params: tuple) -> torch.Tensor:
+    """Dispatch on ``graph.config.mode`` (a single worker always takes the one-shard path)."""
+    if src_x.shape[0] != graph.num_nodes:
+        raise ValueError(f"aggregate: src_x has {src_x.shape[0]} rows, this worker owns {graph.num_nodes} nodes")
+    src_x = src_x.contiguous()
+    if graph.world == 1:
+        return ShardAggregate.apply(graph, agg, graph.local_shard, src_x, dst_x, *params)
+    mode = graph.config.mode
+    if mode == "oneshot":
+        ext = HaloExchange.apply(graph, src_x)
+        return ShardAggregate.apply(graph, agg, graph.merged_shard(), ext, dst_x, *params)
+    return SequentialAggregate.apply(graph, agg, mode == "sa", src_x, dst_x, *params)

@@ -1,0 +1,137 @@
+"""Aggregators: how messages from one source shard are reduced into destination rows.
+
+An aggregator streams shards into a running state (``init`` / ``accumulate``), turns the state into the
+output (``finalize``), and gives each shard's share of the gradient from the final statistics
+(``shard_vjp``), so that a shard can be rematerialized alone in the backward pass. ``linear``
+aggregators (sum or mean of copied source rows) are SAR's *case 1*: their source gradient is
+``A_q^T scale(grad_out)`` and needs no source features, so nothing is re-fetched.
+
+The extension point for new layers is :class:`Aggregation` with a ``message`` function.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from .shards import Shard
+
+REDUCES = ("sum", "mean", "max")
+
+
+def _rows(index: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """Expand an edge->row index to the shape of a per-edge tensor (for scatter_reduce)."""
+    return index.view(-1, *([1] * (len(shape) - 1))).expand(shape)
+
+
+class Aggregation:
+    """``out_i = reduce_{j -> i} message(x_j, x_i, params)``, with ``reduce`` in sum, mean, max.
+
+    With ``message=None`` the message is the source row itself (``x_j``); sum and mean of copied rows are
+    linear (case 1). ``mean`` divides by the global in-degree (0 for nodes without in-edges); ``max``
+    gives 0 for nodes without in-edges and splits the gradient evenly among tied maxima, as
+    ``torch.scatter_reduce(..., 'amax')`` (PyG's max aggregation) does.
+
+    Args:
+        reduce: ``sum``, ``mean`` or ``max``.
+        message: optional ``f(x_j [E, ...], x_i [E, ...] or None, params) -> [E, ...]``; must be
+            differentiable; rows are gathered per edge by the engine.
+    """
+
+    def __init__(self, reduce: str = "sum", message: Callable | None = None):
+        if reduce not in REDUCES:
+            raise ValueError(f"unknown reduce {reduce!r}: choose one of {', '.join(REDUCES)}")
+        self.reduce, self.message = reduce, message
+        self.linear = message is None and reduce in ("sum", "mean")
+
+    # --- messages -------------------------------------------------------------------------------
+    def _messages(self, shard: Shard, rows: torch.Tensor, dst_x, params) -> torch.Tensor:
+        x_j = rows[shard.src]
+        if self.message is None:
+            return x_j
+        x_i = None if dst_x is None else dst_x[shard.dst]
+        return self.message(x_j, x_i, params)
+
+    def _degree(self, graph, like: torch.Tensor) -> torch.Tensor:
+        deg = graph.in_degree.clamp(min=1).to(like.dtype)
+        return deg.view(-1, *([1] * (like.dim() - 1)))
+
+    # --- forward, shard by shard ----------------------------------------------------------------
+    def init(self, num_dst: int, src_x: torch.Tensor, dst_x, params, shard: Shard) -> list:
+        if self.message is None:
+            tail = src_x.shape[1:]
+        else:  # probe the message shape on zero edges
+            tail = self._messages(_empty_like_shard(shard), src_x[:0], dst_x, params).shape[1:]
+        if self.reduce == "max":
+            return [torch.full((num_dst, *tail), -torch.inf, dtype=src_x.dtype),
+                    torch.zeros((num_dst, *tail), dtype=src_x.dtype)]
+        return [torch.zeros((num_dst, *tail), dtype=src_x.dtype)]
+
+    def accumulate(self, state: list, shard: Shard, rows: torch.Tensor, dst_x, params) -> list:
+        if shard.num_edges == 0:
+            return state
+        if self.linear:
+            return [shard.spmm(rows, out=state[0])]
+        msg = self._messages(shard, rows, dst_x, params)
+        if self.reduce != "max":
+            return [state[0].index_add(0, shard.dst, msg)]
+        best, count = state
+        shard_max = torch.full_like(best, -torch.inf).scatter_reduce(0, _rows(shard.dst, msg.shape), msg, "amax")
+        ties = torch.zeros_like(count).index_add_(0, shard.dst, (msg == shard_max[shard.dst]).to(count.dtype))
+        new = torch.maximum(best, shard_max)
+        count = torch.where(best == new, count, 0) + torch.where(shard_max == new, ties, 0)
+        return [new, count]
+
+    def finalize(self, graph, state: list, dst_x, params) -> tuple[torch.Tensor, tuple]:
+        if self.reduce == "sum":
+            return state[0], ()
+        if self.reduce == "mean":
+            return state[0] / self._degree(graph, state[0]), ()
+        best, count = state
+        return torch.where(count > 0, best, torch.zeros_like(best)), (best, count)
+
+    # --- backward, shard by shard ---------------------------------------------------------------
+    def linear_scale(self, graph, grad_out: torch.Tensor) -> torch.Tensor:
+        """For case 1: ``scale^T grad_out`` such that the source gradient is ``A_q^T`` of it."""
+        return grad_out / self._degree(graph, grad_out) if self.reduce == "mean" else grad_out
+
+    def surrogate(self, graph, saved: tuple, out: torch.Tensor, shard: Shard, rows, dst_x, params):
+        """A differentiable function of this shard's inputs whose VJP with ``grad_out`` is the shard's
+        exact share of the gradient (the final statistics in ``saved`` held constant)."""
+        msg = self._messages(shard, rows, dst_x, params)
+        acc = torch.zeros((shard.num_dst, *msg.shape[1:]), dtype=msg.dtype)
+        if self.reduce == "max":
+            best, count = saved
+            hit = (msg.detach() == best[shard.dst]) & (count[shard.dst] > 0)
+            weight = hit.to(msg.dtype) / count[shard.dst].clamp(min=1)
+            return acc.index_add(0, shard.dst, msg * weight)
+        acc = acc.index_add(0, shard.dst, msg)
+        return acc / self._degree(graph, acc) if self.reduce == "mean" else acc
+
+    def shard_vjp(self, graph, saved: tuple, out: torch.Tensor, shard: Shard, rows: torch.Tensor, dst_x,
+                  params: tuple, grad_out: torch.Tensor):
+        """Gradients of this shard's contribution: (rows, dst_x or None, params)."""
+        if self.linear:
+            return shard.spmm(self.linear_scale(graph, grad_out), transpose=True), None, ()
+        return vjp_via_surrogate(self, graph, saved, out, shard, rows, dst_x, params, grad_out)
+
+
+def vjp_via_surrogate(agg, graph, saved, out, shard, rows, dst_x, params, grad_out):
+    """Generic ``shard_vjp``: rebuild the shard's surrogate under autograd and pull ``grad_out`` back."""
+    with torch.enable_grad():
+        rows_leaf = rows.detach().requires_grad_(True)
+        dst_leaf = None if dst_x is None else dst_x.detach().requires_grad_(dst_x.is_floating_point())
+        param_leaves = tuple(p.detach().requires_grad_(True) for p in params)
+        value = agg.surrogate(graph, saved, out, shard, rows_leaf, dst_leaf, param_leaves)
+        leaves = [rows_leaf] + ([dst_leaf] if dst_leaf is not None and dst_leaf.requires_grad else []) \
+            + list(param_leaves)
+        grads = torch.autograd.grad(value, leaves, grad_out, allow_unused=True)
+    grads = [torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves, grads)]
+    g_rows = grads[0]
+    g_dst = grads[1] if dst_leaf is not None and dst_leaf.requires_grad else None
+    g_params = tuple(grads[len(grads) - len(param_leaves):]) if param_leaves else ()
+    return g_rows, g_dst, g_params
+
+
+def _empty_like_shard(shard: Shard) -> Shard:
+    return Shard(shard.peer, shard.src[:0], shard.dst[:0], 0, 0)
