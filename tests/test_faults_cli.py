@@ -1,0 +1,163 @@
+"""Bad input and faults: a clear error before any compute, bounded exits, the failing rank named.
+
+All through the real command line in subprocesses with timeouts (a hang fails the test with output).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, run_cli
+from sarlab.graphs import synthetic_graph
+from sarlab.partition import partition
+
+TRAIN = ["train", "--epochs", "3", "--hidden", "8", "--eval-every", "0"]
+
+
+@pytest.fixture(scope="module")
+def pdir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("faults")
+    g = synthetic_graph(nodes=400, degree=6, features=8, classes=3, seed=0)
+    path = str(root / "p3")
+    partition(g, 3, path)
+    return path
+
+
+def _copy(pdir, tmp_path):
+    dst = str(tmp_path / "copy")
+    shutil.copytree(pdir, dst)
+    return dst
+
+
+def _fails(result, *needles):
+    text = result.stdout + result.stderr
+    assert result.returncode != 0, text
+    for needle in needles:
+        assert needle in text, f"expected {needle!r} in:\n{text}"
+    return text
+
+
+def test_missing_partition_file(pdir, tmp_path):
+    path = _copy(pdir, tmp_path)
+    os.remove(os.path.join(path, "part2", "edge_dst.npy"))
+    _fails(run_cli([*TRAIN, "--graph", path, "--workers", "3"], timeout=60), "partition file missing",
+           "part2/edge_dst.npy")
+
+
+def test_corrupt_partition_file(pdir, tmp_path):
+    path = _copy(pdir, tmp_path)
+    with open(os.path.join(path, "part1", "features.npy"), "r+b") as f:
+        f.seek(-8, 2)
+        f.write(b"\xff" * 8)
+    _fails(run_cli([*TRAIN, "--graph", path, "--workers", "3"], timeout=60), "sha256 mismatch", "part1/features.npy")
+
+
+def test_world_size_mismatch(pdir):
+    _fails(run_cli([*TRAIN, "--graph", pdir, "--workers", "2"], timeout=60), "has 3 parts but 2 workers")
+
+
+def test_feature_and_label_dims_mismatch(pdir):
+    _fails(run_cli([*TRAIN, "--graph", pdir, "--workers", "3", "--in-dim", "99"], timeout=60),
+           "expects 99 input features but the graph has 8")
+    _fails(run_cli([*TRAIN, "--graph", pdir, "--workers", "3", "--num-classes", "5"], timeout=60),
+           "expects 5 classes but the graph has 3")
+
+
+@pytest.mark.parametrize("flag, value, needle", [
+    ("--mode", "turbo", "unknown mode 'turbo'"),
+    ("--model", "gin", "unknown model 'gin'"),
+    ("--backend", "smoke", "unknown backend 'smoke'"),
+    ("--backend", "nccl", "backend 'nccl' is not available"),
+    ("--backend", "mpi", "backend 'mpi' is not available"),
+    ("--backend", "ccl", "backend 'ccl' is not available"),
+    ("--aggr", "median", "unknown SAGE aggregator"),
+])
+def test_unknown_choices(pdir, flag, value, needle):
+    _fails(run_cli([*TRAIN, "--graph", pdir, "--workers", "3", flag, value], timeout=60), needle)
+
+
+def test_busy_port(pdir):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        _fails(run_cli([*TRAIN, "--graph", pdir, "--workers", "3", "--port", str(port)], timeout=60),
+               f"cannot open the rendezvous port 127.0.0.1:{port}", "--port 0")
+
+
+def test_unreachable_rendezvous_is_bounded(pdir):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"RANK": "1", "WORLD_SIZE": "3", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+           "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    t0 = time.monotonic()
+    _fails(run_cli([*TRAIN, "--graph", pdir, "--timeout", "4"], timeout=90, env=env),
+           "could not reach the rendezvous store at 127.0.0.1")
+    assert time.monotonic() - t0 < 60
+
+
+@pytest.mark.parametrize("kind, needle", [("raise", "injected fault on rank 1 at epoch 1"),
+                                          ("sigkill", "killed by signal SIGKILL")])
+def test_worker_death_is_reported_and_bounded(pdir, kind, needle):
+    t0 = time.monotonic()
+    text = _fails(run_cli([*TRAIN, "--graph", pdir, "--workers", "3", "--inject-fault", f"1:1:{kind}"],
+                          timeout=120), "rank 1 failed", needle)
+    assert time.monotonic() - t0 < 90, text
+    if kind == "raise":
+        assert "Traceback" in text  # the child's traceback reaches the user
+
+
+def test_hung_worker_times_out(pdir):
+    """A rank that stops answering: the others give up after --timeout and the run ends non-zero."""
+    t0 = time.monotonic()
+    _fails(run_cli([*TRAIN, "--graph", pdir, "--workers", "3", "--inject-fault", "2:1:hang", "--timeout", "5"],
+                   timeout=120), "failed")
+    assert time.monotonic() - t0 < 90
+
+
+def _env_rank(rank: int, world: int, port: int, pdir: str, extra: list[str]) -> subprocess.Popen:
+    env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+    return subprocess.Popen([sys.executable, "-m", "real.cli", *TRAIN, "--graph", pdir, *extra], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_peer_death_without_our_launcher_is_bounded(pdir):
+    """torchrun-style ranks (env://): one is SIGKILLed, the survivors exit non-zero by themselves."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    extra = ["--epochs", "200", "--timeout", "10", "--inject-fault", "2:2:sigkill"]
+    procs = [_env_rank(r, 3, port, pdir, extra) for r in range(3)]
+    t0 = time.monotonic()
+    outputs = []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=120)
+            outputs.append(out)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert procs[2].returncode == -9
+    assert procs[0].returncode != 0 and procs[1].returncode != 0, "\n".join(outputs)
+    assert time.monotonic() - t0 < 100
+
+
+def test_torchrun_launch(pdir, tmp_path):
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    out = tmp_path / "records.json"
+    res = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "3", "-m", "real.cli", *TRAIN, "--graph",
+                          pdir, "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stdout + res.stderr
+    import json
+
+    records = json.loads(out.read_text())
+    assert len(records) == 9 and {r["rank"] for r in records} == {0, 1, 2}
