@@ -144,7 +144,10 @@ def run(a, cfg: dict) -> int:
             partition(graph, n, pdir, source=spec)
         for model_spec in a.models.split(","):
             model, _, aggr = model_spec.partition("-")
-            for mode_spec in a.modes.split(","):
+            modes = a.modes.split(",")
+            if n == 1:  # one worker: every mode takes the same single-shard path, measure it once
+                modes = modes[:1]
+            for mode_spec in modes:
                 mode, _, variant = mode_spec.partition("+")
                 if variant and model != "gat":
                     continue

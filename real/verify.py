@@ -93,15 +93,18 @@ def verify(graph: Graph, workers: int, variants: list, method: str = "metis", to
         model = GNN(model_cfg, graph.feature_dim, graph.num_classes).to(DTYPES[dtype])
         model.load_state_dict(gathered[0][i]["init"])
         ref = reference_step(model, graph, DTYPES[dtype])
-        label = (f"{model_cfg.model}{'-' + model_cfg.aggr if model_cfg.model == 'sage' else ''}"
-                 f"{'-h%d' % model_cfg.heads if model_cfg.model == 'gat' else ''} {engine_cfg.mode} N={workers}")
+        label = f"{model_cfg.model}{'-' + model_cfg.aggr if model_cfg.model == 'sage' else ''}"
+        if model_cfg.model == "gat":
+            label += f"-h{model_cfg.heads}{'' if model_cfg.self_loops else '-noloops'}"
+            label += "-fused" if engine_cfg.fused else "-unfused"
+        label += f" {engine_cfg.mode} N={workers}"
         out.append(compare([g[i] for g in gathered], ref, label, dtype, tol or DEFAULT_TOL[dtype]))
     return out
 
 
 def format_table(rows: list[Comparison]) -> str:
-    lines = [f"{'configuration':<28} {'dtype':<8} {'output':>9} {'grads':>9} {'loss':>9} {'tol':>7}  result"]
+    lines = [f"{'configuration':<34} {'dtype':<8} {'output':>9} {'grads':>9} {'loss':>9} {'tol':>7}  result"]
     for c in rows:
-        lines.append(f"{c.label:<28} {c.dtype:<8} {c.output_err:9.2e} {c.grad_err:9.2e} {c.loss_err:9.2e} "
+        lines.append(f"{c.label:<34} {c.dtype:<8} {c.output_err:9.2e} {c.grad_err:9.2e} {c.loss_err:9.2e} "
                      f"{c.tol:7.0e}  {'ok' if c.ok else 'FAIL (worst: ' + c.worst_param + ')'}")
     return "\n".join(lines)

@@ -98,11 +98,35 @@ def _add_into(acc_dst, acc_params, g_dst, g_params):
         acc += g
 
 
+def _self_vjp(agg, graph, saved, out, dst_x, grad_out, grad_dst) -> None:
+    """Add the gradient of terms an aggregator puts into its initial state (e.g. GAT self-loops)."""
+    hook = getattr(agg, "self_vjp", None)
+    if hook is not None and dst_x is not None:
+        g = hook(graph, saved, out, dst_x, grad_out)
+        if g is not None:
+            grad_dst += g
+
+
+def autograd_aggregate(agg, graph, shard, src_x, dst_x, params):
+    """Plain differentiable aggregation over one shard (autograd keeps whatever it needs)."""
+    state = agg.init(shard.num_dst, src_x, dst_x, params, shard)
+    state = agg.accumulate(state, shard, src_x, dst_x, params)
+    return agg.finalize(graph, state, dst_x, params)[0]
+
+
 class SequentialAggregate(torch.autograd.Function):
-    """``sar`` (``keep=False``) and ``sa`` (``keep=True``) aggregation over the ring of shards."""
+    """``sar`` (``keep=False``) and ``sa`` (``keep=True``) aggregation over the ring of shards.
+
+    With ``keep`` and an aggregator that ``keeps_graph``, the forward builds the autograd graph of every
+    shard's accumulation and keeps it (with the fetched rows) until backward.
+    """
 
     @staticmethod
     def forward(ctx, graph, agg, keep: bool, src_x, dst_x, *params):
+        ctx.graph, ctx.agg, ctx.has_dst = graph, agg, dst_x is not None
+        if keep and getattr(agg, "keeps_graph", False):
+            return SequentialAggregate._forward_keeping_graph(ctx, graph, agg, src_x, dst_x, params)
+        ctx.graph_leaves = None
         state = agg.init(graph.num_nodes, src_x, dst_x, params, graph.local_shard)
         state = agg.accumulate(state, graph.local_shard, src_x, dst_x, params)
         kept = {}
@@ -113,13 +137,50 @@ class SequentialAggregate(torch.autograd.Function):
             del rows
         out, saved = agg.finalize(graph, state, dst_x, params)
         del state
-        ctx.graph, ctx.agg, ctx.kept, ctx.saved = graph, agg, kept, saved
-        ctx.has_dst = dst_x is not None
+        ctx.kept, ctx.saved = kept, saved
         ctx.save_for_backward(src_x, *(() if dst_x is None else (dst_x,)), *params, out)
         return out
 
     @staticmethod
+    def _forward_keeping_graph(ctx, graph, agg, src_x, dst_x, params):
+        with torch.enable_grad():
+            src_leaf = src_x.detach().requires_grad_(True)
+            dst_leaf = None if dst_x is None else dst_x.detach().requires_grad_(True)
+            param_leaves = [p.detach().requires_grad_(True) for p in params]
+            state = agg.init(graph.num_nodes, src_leaf, dst_leaf, param_leaves, graph.local_shard)
+            state = agg.accumulate(state, graph.local_shard, src_leaf, dst_leaf, param_leaves)
+            kept = {}
+            for r, owner, rows in ring_fetch(graph, src_x, graph.config.prefetch):
+                kept[r] = rows.requires_grad_(True)
+                state = agg.accumulate(state, graph.shards[owner], kept[r], dst_leaf, param_leaves)
+                del rows
+            out, _ = agg.finalize(graph, state, dst_leaf, param_leaves)
+        ctx.graph_leaves = (out, src_leaf, dst_leaf, param_leaves, kept)
+        return out.detach()
+
+    @staticmethod
+    def _backward_through_graph(ctx, grad_out):
+        out, src_leaf, dst_leaf, param_leaves, kept = ctx.graph_leaves
+        ctx.graph_leaves = None
+        graph = ctx.graph
+        rounds = sorted(kept)
+        leaves = [src_leaf] + ([dst_leaf] if dst_leaf is not None else []) + param_leaves + [kept[r] for r in rounds]
+        grads = torch.autograd.grad(out, leaves, grad_out, allow_unused=True)
+        grads = [torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves, grads)]
+        grad_src = grads[0]
+        grad_dst = grads[1] if dst_leaf is not None else None
+        offset = 1 + (dst_leaf is not None)
+        grad_params = grads[offset:offset + len(param_leaves)]
+        returns = GradReturn(graph, grad_src, graph.config.prefetch + 1)
+        for r, g_rows in zip(rounds, grads[offset + len(param_leaves):]):
+            returns.post(r, g_rows)
+        returns.finish()
+        return (None, None, None, grad_src, grad_dst, *grad_params)
+
+    @staticmethod
     def backward(ctx, grad_out):
+        if ctx.graph_leaves is not None:
+            return SequentialAggregate._backward_through_graph(ctx, grad_out)
         graph, agg = ctx.graph, ctx.agg
         tensors = ctx.saved_tensors
         src_x = tensors[0]
@@ -134,6 +195,7 @@ class SequentialAggregate(torch.autograd.Function):
                                                 grad_out)
         grad_src += g_rows
         _add_into(grad_dst, grad_params, g_dst, g_params)
+        _self_vjp(agg, graph, ctx.saved, out, dst_x, grad_out, grad_dst)
         returns = GradReturn(graph, grad_src, graph.config.prefetch + 1)
         if agg.linear:  # case 1: A_q^T g needs no source rows (sa kept them all the same)
             ctx.kept = {}
@@ -225,6 +287,8 @@ class ShardAggregate(torch.autograd.Function):
                                                     grad_out.contiguous())
         if ctx.has_dst and g_dst is None:
             g_dst = torch.zeros_like(dst_x)
+        if ctx.has_dst:
+            _self_vjp(ctx.agg, ctx.graph, ctx.saved, out, dst_x, grad_out, g_dst)
         g_params = list(g_params) or [torch.zeros_like(p) for p in params]
         return (None, None, None, g_rows, g_dst, *g_params)
 
@@ -234,10 +298,15 @@ def run_aggregation(graph, agg, src_x: torch.Tensor, dst_x, params: tuple) -> to
     if src_x.shape[0] != graph.num_nodes:
         raise ValueError(f"aggregate: src_x has {src_x.shape[0]} rows, this worker owns {graph.num_nodes} nodes")
     src_x = src_x.contiguous()
+    vanilla = getattr(agg, "keeps_graph", False)  # plain autograd in oneshot (and on one worker)
     if graph.world == 1:
+        if vanilla:
+            return autograd_aggregate(agg, graph, graph.local_shard, src_x, dst_x, params)
         return ShardAggregate.apply(graph, agg, graph.local_shard, src_x, dst_x, *params)
     mode = graph.config.mode
     if mode == "oneshot":
         ext = HaloExchange.apply(graph, src_x)
+        if vanilla:
+            return autograd_aggregate(agg, graph, graph.merged_shard(), ext, dst_x, params)
         return ShardAggregate.apply(graph, agg, graph.merged_shard(), ext, dst_x, *params)
     return SequentialAggregate.apply(graph, agg, mode == "sa", src_x, dst_x, *params)

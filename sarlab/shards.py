@@ -30,6 +30,7 @@ class Shard:
             torch.cumsum(torch.bincount(self.dst, minlength=num_dst), 0, out=self.rowptr[1:])
         self._csr: dict = {}
         self._transpose = None
+        self.cache: dict = {}  # per-shard derived structures that layers may keep (e.g. a CSC transpose)
 
     @property
     def num_edges(self) -> int:

@@ -24,6 +24,7 @@ class ModelConfig:
         hidden: hidden feature size (for GAT: per-layer output is ``heads * hidden // heads``).
         aggr: SAGE aggregator (``mean``, ``max``, ``pool``).
         heads: GAT attention heads.
+        self_loops: GAT: every node also attends to itself.
         dropout: dropout probability after each hidden layer.
         batchnorm: distributed BatchNorm after each hidden layer.
         seed: parameter initialisation and dropout seed.
@@ -34,6 +35,7 @@ class ModelConfig:
     hidden: int = 64
     aggr: str = "mean"
     heads: int = 4
+    self_loops: bool = True
     dropout: float = 0.0
     batchnorm: bool = False
     seed: int = 0
@@ -59,8 +61,8 @@ def make_conv(cfg: ModelConfig, in_dim: int, out_dim: int, last: bool) -> nn.Mod
     from .gat import GATConv
 
     if last:  # the output layer averages a single head into the class logits
-        return GATConv(in_dim, out_dim, heads=1, concat=False)
-    return GATConv(in_dim, out_dim // cfg.heads, heads=cfg.heads, concat=True)
+        return GATConv(in_dim, out_dim, heads=1, concat=False, add_self_loops=cfg.self_loops)
+    return GATConv(in_dim, out_dim // cfg.heads, heads=cfg.heads, concat=True, add_self_loops=cfg.self_loops)
 
 
 class GNN(nn.Module):
