@@ -27,7 +27,9 @@ class Comparison:
     over parameters of max |ours - ref| / max |ref|, except for parameters whose reference gradient is
     round-off (max |ref| <= 1000 * machine epsilon * S, where S is the largest gradient entry of the
     model; e.g. a bias right before BatchNorm, whose exact gradient is 0): those are judged as
-    max |ours - ref| / S. ``loss_err`` is relative.
+    max |ours - ref| / S. ``loss_err`` is relative. ``ref_noise`` (when measured, see :func:`verify`) is the
+    same error of the reference against a second evaluation of itself; the pass mark is then
+    max(tol, 10 * ref_noise).
     """
 
     label: str
@@ -37,14 +39,19 @@ class Comparison:
     worst_param: str
     loss_err: float
     tol: float
+    ref_noise: float = 0.0
 
     @property
     def max_err(self) -> float:
         return max(self.output_err, self.grad_err, self.loss_err)
 
     @property
+    def bound(self) -> float:
+        return max(self.tol, 10 * self.ref_noise)
+
+    @property
     def ok(self) -> bool:
-        return self.max_err <= self.tol
+        return self.max_err <= self.bound
 
 
 def compare(worker_results: list, ref: dict, label: str, dtype: str, tol: float) -> Comparison:
@@ -70,9 +77,16 @@ def compare(worker_results: list, ref: dict, label: str, dtype: str, tol: float)
 
 
 def verify(graph: Graph, workers: int, variants: list, method: str = "metis", tol: float | None = None,
-           backend: str = "gloo", timeout_s: float = 60.0, progress=print) -> list[Comparison]:
+           backend: str = "gloo", timeout_s: float = 60.0, progress=print,
+           conditioning: bool = False) -> list[Comparison]:
     """Partition ``graph``, run every (ModelConfig, EngineConfig, dtype) variant on ``workers`` processes
-    in one process group, and compare each against the PyG reference."""
+    in one process group, and compare each against the PyG reference.
+
+    ``conditioning``: measure the reference's own rounding sensitivity and allow 10x of it (for
+    ill-conditioned cases such as a saturated attention softmax): in fp32, the distance between the fp32
+    and fp64 PyG references; in fp64, how far the fp64 reference moves when every weight is perturbed by
+    about one unit in the last place.
+    """
     from sarlab.train import TrainConfig
 
     from .jobs import Job
@@ -93,18 +107,42 @@ def verify(graph: Graph, workers: int, variants: list, method: str = "metis", to
         model = GNN(model_cfg, graph.feature_dim, graph.num_classes).to(DTYPES[dtype])
         model.load_state_dict(gathered[0][i]["init"])
         ref = reference_step(model, graph, DTYPES[dtype])
+        noise = 0.0
+        if conditioning:  # fp32: the fp32 reference's distance from the fp64 one; fp64: relabelled nodes
+            if dtype == "float32":
+                alt = reference_step(model, graph, torch.float64)
+                alt = {"logits": alt["logits"].float(), "loss": alt["loss"],
+                       "grads": {k: v.float() for k, v in alt["grads"].items()}}
+            else:
+                alt = reference_step(_perturbed(model, model_cfg, graph), graph, DTYPES[dtype])
+            alt_rows = [{"orig_ids": torch.arange(graph.num_nodes), "logits": alt["logits"], "loss": alt["loss"],
+                         "grads": alt["grads"]}]
+            noise = compare(alt_rows, ref, "", dtype, 0.0).max_err
         label = f"{model_cfg.model}{'-' + model_cfg.aggr if model_cfg.model == 'sage' else ''}"
         if model_cfg.model == "gat":
             label += f"-h{model_cfg.heads}{'' if model_cfg.self_loops else '-noloops'}"
             label += "-fused" if engine_cfg.fused else "-unfused"
         label += f" {engine_cfg.mode} N={workers}"
-        out.append(compare([g[i] for g in gathered], ref, label, dtype, tol or DEFAULT_TOL[dtype]))
+        row = compare([g[i] for g in gathered], ref, label, dtype, tol or DEFAULT_TOL[dtype])
+        out.append(Comparison(**{**row.__dict__, "ref_noise": noise}))
     return out
+
+
+def _perturbed(model: GNN, model_cfg, graph: Graph) -> GNN:
+    """A copy of ``model`` with every parameter moved by about one unit in the last place."""
+    twin = GNN(model_cfg, graph.feature_dim, graph.num_classes).to(next(model.parameters()).dtype)
+    twin.load_state_dict(model.state_dict())
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in twin.parameters():
+            eps = torch.finfo(p.dtype).eps
+            p.mul_(1 + eps * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+    return twin
 
 
 def format_table(rows: list[Comparison]) -> str:
     lines = [f"{'configuration':<34} {'dtype':<8} {'output':>9} {'grads':>9} {'loss':>9} {'tol':>7}  result"]
     for c in rows:
         lines.append(f"{c.label:<34} {c.dtype:<8} {c.output_err:9.2e} {c.grad_err:9.2e} {c.loss_err:9.2e} "
-                     f"{c.tol:7.0e}  {'ok' if c.ok else 'FAIL (worst: ' + c.worst_param + ')'}")
+                     f"{c.bound:7.0e}  {'ok' if c.ok else 'FAIL (worst: ' + c.worst_param + ')'}")
     return "\n".join(lines)

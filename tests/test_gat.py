@@ -55,19 +55,18 @@ def _isolated_and_huge(g: Graph, scale: float) -> Graph:
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("self_loops", [True, False])
 def test_gat_isolated_nodes_and_huge_logits(graph, self_loops):
-    """Logits up to ~750 (exp overflows even fp64 without the running max).
+    """Logits up to ~800 (exp overflows even fp64 without the running max).
 
-    fp64 is held to the usual 1e-10. In fp32 the attention-vector gradients of a saturated softmax are
-    ill-conditioned (a logit of 750 carries an absolute rounding error of ~5e-5), so two correct fp32
-    implementations differ by far more than 1e-5; there the bound is 1e-5 on outputs and loss and 2e-3 on
-    gradients, and everything must be finite.
+    The softmax saturates, so the attention-vector gradients are tiny differences of large terms:
+    ill-conditioned for any implementation. Outputs and loss are held to the usual tolerance; gradients to
+    max(tol, 10x the reference's own rounding sensitivity: fp32 PyG against fp64 PyG; in fp64, how far
+    PyG's gradients move when every weight moves by one unit in the last place).
     """
-    g = _isolated_and_huge(graph, 100.0)
+    g = _isolated_and_huge(graph, 120.0)
     kw = dict(self_loops=self_loops, batchnorm=False, dropout=0.0, layers=2, hidden=8)
-    _check(verify(g, 3, _variants(dtypes=("float64",), **kw), timeout_s=120, progress=lambda m: None))
-    rows = verify(g, 3, _variants(dtypes=("float32",), **kw), tol=2e-3, timeout_s=120, progress=lambda m: None)
+    rows = verify(g, 3, _variants(**kw), timeout_s=120, progress=lambda m: None, conditioning=True)
     _check(rows)
-    assert all(r.output_err <= 1e-5 and r.loss_err <= 1e-5 for r in rows), format_table(rows)
+    assert all(r.output_err <= r.tol and r.loss_err <= r.tol for r in rows), format_table(rows)
 
 
 def test_logits_really_are_huge(graph):
@@ -76,7 +75,7 @@ def test_logits_really_are_huge(graph):
 
     from sarlab.nn.gat import GATConv
 
-    g = _isolated_and_huge(graph, 100.0)
+    g = _isolated_and_huge(graph, 120.0)
     torch.manual_seed(7)
     conv = GATConv(g.feature_dim, 4, heads=2)
     z = conv.lin(torch.from_numpy(g.features)).view(g.num_nodes, 2, 4)
