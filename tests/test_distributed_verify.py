@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from real.verify import format_table, verify
 from sarlab.config import EngineConfig
 from sarlab.graphs import load_graph, synthetic_graph
 from sarlab.nn.model import ModelConfig
-from real.verify import format_table, verify
 
 MODELS = [("gcn", "mean"), ("sage", "mean"), ("sage", "max"), ("sage", "pool")]
 MODES = ("sar", "sa", "oneshot")

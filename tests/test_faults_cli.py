@@ -12,8 +12,8 @@ import sys
 import time
 
 import pytest
-
 from conftest import ROOT, run_cli
+
 from sarlab.graphs import synthetic_graph
 from sarlab.partition import partition
 
