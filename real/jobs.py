@@ -48,6 +48,8 @@ class Job:
         quiet: rank 0 prints no per-epoch progress.
         label: free text copied into every metric record.
         variants: for ``verify``: several (model, engine, dtype) to check in one process group.
+        memray_dir: if set, every rank records its allocations with memray into ``rank{r}.bin`` there
+            (from after set-up to the end of training).
     """
 
     kind: str
@@ -62,6 +64,7 @@ class Job:
     quiet: bool = False
     label: str = ""
     variants: tuple = ()
+    memray_dir: str | None = None
 
     def all_variants(self) -> tuple:
         """``(ModelConfig, EngineConfig, dtype)`` triples a verify job runs (default: the job's own)."""

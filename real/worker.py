@@ -79,7 +79,12 @@ def run(job: Job, rank: int, world: int, host: str, port: int, out_path: str | N
             trainer = Trainer(graph, part, job.model, job.train)
             gc.collect()
             comm.barrier()
-            result = _train(job, trainer, memory.rss_bytes(), manifest)
+            baseline = memory.rss_bytes()
+            if job.memray_dir:
+                with memory.memray_tracker(os.path.join(job.memray_dir, f"rank{rank}.bin")):
+                    result = _train(job, trainer, baseline, manifest)
+            else:
+                result = _train(job, trainer, baseline, manifest)
         gathered = [None] * world
         dist.all_gather_object(gathered, result)
         if rank == 0 and out_path:
