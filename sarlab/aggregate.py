@@ -26,35 +26,49 @@ def _ring_peers(graph, r: int) -> tuple[int, int]:
     return (graph.rank + r) % graph.world, (graph.rank - r) % graph.world
 
 
-def ring_fetch(graph, src_x: torch.Tensor, prefetch: int):
-    """Yield ``(round, owner, rows)`` for rounds 1..N-1: the rows of ``owner`` that this worker needs.
+class RingFetch:
+    """Rounds 1..N-1 of the ring: the rows of peer ``rank - r`` that this worker needs.
 
-    While round ``r`` is being consumed, rounds ``r+1 .. r+prefetch`` are in flight; a yielded buffer is
-    released as soon as the caller drops it.
+    ``start()`` posts round 1 and the ``prefetch`` rounds after it, so the fetches overlap whatever the
+    caller computes next (the local shard). Iterating yields ``(round, owner, rows)``; while the caller
+    works on round ``r``, rounds ``r+1 .. r+prefetch`` are in flight, so at most ``1 + prefetch`` remote
+    shards are resident. A yielded buffer is released as soon as the caller drops it.
     """
-    tail = src_x.shape[1:]
 
-    def post(r: int):
+    def __init__(self, graph, src_x: torch.Tensor, prefetch: int):
+        self.graph, self.src_x, self.prefetch = graph, src_x, prefetch
+        self.in_flight: deque = deque()
+        self.next_round = 1
+
+    def _post(self) -> None:
+        graph, r = self.graph, self.next_round
         to, frm = _ring_peers(graph, r)
-        send = src_x[graph.index.send_rows[to]]
-        recv = torch.empty((graph.index.recv_counts[frm], *tail), dtype=src_x.dtype)
+        send = self.src_x[graph.index.send_rows[to]]
+        recv = torch.empty((graph.index.recv_counts[frm], *self.src_x.shape[1:]), dtype=self.src_x.dtype)
         pending = graph.comm.exchange([(to, send)], [(frm, recv)], TAG_FEATURES)
-        return r, frm, recv, pending, send
+        self.in_flight.append((r, frm, recv, pending, send))
+        self.next_round += 1
 
-    in_flight = deque()
-    next_round = 1
-    while next_round < graph.world and len(in_flight) <= prefetch:
-        in_flight.append(post(next_round))
-        next_round += 1
-    while in_flight:
-        r, frm, recv, pending, send = in_flight.popleft()
-        pending.wait()
-        del send
-        if next_round < graph.world:
-            in_flight.append(post(next_round))
-            next_round += 1
-        yield r, frm, recv
-        del recv
+    def start(self) -> RingFetch:
+        while self.next_round < self.graph.world and len(self.in_flight) <= self.prefetch:
+            self._post()
+        return self
+
+    def __iter__(self):
+        self.start()
+        while self.in_flight:
+            r, frm, recv, pending, send = self.in_flight.popleft()
+            pending.wait()
+            del send
+            yield r, frm, recv
+            del recv
+            if self.next_round < self.graph.world:
+                self._post()
+
+
+def ring_fetch(graph, src_x: torch.Tensor, prefetch: int) -> RingFetch:
+    """Started :class:`RingFetch` (its first rounds are already posted)."""
+    return RingFetch(graph, src_x, prefetch).start()
 
 
 class GradReturn:
@@ -127,10 +141,11 @@ class SequentialAggregate(torch.autograd.Function):
         if keep and getattr(agg, "keeps_graph", False):
             return SequentialAggregate._forward_keeping_graph(ctx, graph, agg, src_x, dst_x, params)
         ctx.graph_leaves = None
+        fetch = ring_fetch(graph, src_x, graph.config.prefetch)  # first rounds overlap the local shard
         state = agg.init(graph.num_nodes, src_x, dst_x, params, graph.local_shard)
         state = agg.accumulate(state, graph.local_shard, src_x, dst_x, params)
         kept = {}
-        for r, owner, rows in ring_fetch(graph, src_x, graph.config.prefetch):
+        for r, owner, rows in fetch:
             state = agg.accumulate(state, graph.shards[owner], rows, dst_x, params)
             if keep:
                 kept[r] = rows
@@ -138,7 +153,9 @@ class SequentialAggregate(torch.autograd.Function):
         out, saved = agg.finalize(graph, state, dst_x, params)
         del state
         ctx.kept, ctx.saved = kept, saved
-        ctx.save_for_backward(src_x, *(() if dst_x is None else (dst_x,)), *params, out)
+        ctx.src_meta = (src_x.shape, src_x.dtype)
+        # a linear aggregation's backward never reads the rows: do not keep them alive
+        ctx.save_for_backward(*(() if agg.linear else (src_x,)), *(() if dst_x is None else (dst_x,)), *params, out)
         return out
 
     @staticmethod
@@ -147,10 +164,11 @@ class SequentialAggregate(torch.autograd.Function):
             src_leaf = src_x.detach().requires_grad_(True)
             dst_leaf = None if dst_x is None else dst_x.detach().requires_grad_(True)
             param_leaves = [p.detach().requires_grad_(True) for p in params]
+            fetch = ring_fetch(graph, src_x, graph.config.prefetch)
             state = agg.init(graph.num_nodes, src_leaf, dst_leaf, param_leaves, graph.local_shard)
             state = agg.accumulate(state, graph.local_shard, src_leaf, dst_leaf, param_leaves)
             kept = {}
-            for r, owner, rows in ring_fetch(graph, src_x, graph.config.prefetch):
+            for r, owner, rows in fetch:
                 kept[r] = rows.requires_grad_(True)
                 state = agg.accumulate(state, graph.shards[owner], kept[r], dst_leaf, param_leaves)
                 del rows
@@ -182,32 +200,38 @@ class SequentialAggregate(torch.autograd.Function):
         if ctx.graph_leaves is not None:
             return SequentialAggregate._backward_through_graph(ctx, grad_out)
         graph, agg = ctx.graph, ctx.agg
-        tensors = ctx.saved_tensors
-        src_x = tensors[0]
-        dst_x = tensors[1] if ctx.has_dst else None
-        params = tensors[1 + ctx.has_dst:-1]
-        out = tensors[-1]
+        tensors = list(ctx.saved_tensors)
+        src_x = None if agg.linear else tensors.pop(0)
+        dst_x = tensors.pop(0) if ctx.has_dst else None
+        out = tensors.pop()
+        params = tuple(tensors)
         grad_out = grad_out.contiguous()
-        grad_src = torch.zeros_like(src_x)
+        shape, dtype = ctx.src_meta
+        grad_src = torch.zeros(shape, dtype=dtype)
         grad_dst = _zeros_or_none(dst_x)
         grad_params = [torch.zeros_like(p) for p in params]
-        g_rows, g_dst, g_params = agg.shard_vjp(graph, ctx.saved, out, graph.local_shard, src_x, dst_x, params,
-                                                grad_out)
-        grad_src += g_rows
-        _add_into(grad_dst, grad_params, g_dst, g_params)
-        _self_vjp(agg, graph, ctx.saved, out, dst_x, grad_out, grad_dst)
         returns = GradReturn(graph, grad_src, graph.config.prefetch + 1)
+
+        def local_shard() -> None:
+            g_rows, g_dst, g_params = agg.shard_vjp(graph, ctx.saved, out, graph.local_shard, src_x, dst_x, params,
+                                                    grad_out)
+            grad_src.add_(g_rows)
+            _add_into(grad_dst, grad_params, g_dst, g_params)
+            _self_vjp(agg, graph, ctx.saved, out, dst_x, grad_out, grad_dst)
+
         if agg.linear:  # case 1: A_q^T g needs no source rows (sa kept them all the same)
             ctx.kept = {}
             scaled = agg.linear_scale(graph, grad_out)
-            for r in range(1, graph.world):
+            for r in range(1, graph.world):  # remote gradients go out first and overlap the local shard
                 owner = _ring_peers(graph, r)[1]
                 returns.post(r, graph.shards[owner].spmm(scaled, transpose=True))
+            local_shard()
         else:
             if ctx.kept:
                 fetched = ((r, _ring_peers(graph, r)[1], ctx.kept.pop(r)) for r in range(1, graph.world))
-            else:
+            else:  # re-fetch, the first rounds overlapping the local shard
                 fetched = ring_fetch(graph, src_x, graph.config.prefetch)
+            local_shard()
             for r, owner, rows in fetched:
                 g_rows, g_dst, g_params = agg.shard_vjp(graph, ctx.saved, out, graph.shards[owner], rows, dst_x,
                                                         params, grad_out)
