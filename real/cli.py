@@ -1,4 +1,4 @@
-"""The ``sarlab`` command line: partition, train, verify, bench, calibrate, simulate, demo."""
+"""The ``sarlab`` command line: partition, train, verify, bench, calibrate, simulate, profile, demo."""
 from __future__ import annotations
 
 import argparse
@@ -255,6 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--json", help="write the metric records here")
 
+    p = sub.add_parser("profile", help="memray per rank: flamegraphs, peak summaries, mode comparison",
+                       add_help=False)
     p = sub.add_parser("calibrate", help="measure this machine's cost profile for the simulator", add_help=False)
     p = sub.add_parser("simulate", help="predict epoch time and peak memory (SimPy model)", add_help=False)
     return parser
@@ -263,6 +265,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    if argv and argv[0] == "profile":
+        from .profile import main as profile_main
+
+        return profile_main(argv[1:])
     if argv and argv[0] in ("calibrate", "simulate"):
         from simulator import cli as sim_cli
 

@@ -1,0 +1,623 @@
+"""Calibration: microbenchmarks of this machine, fitted into a :class:`~simulator.profile.Profile`.
+
+Every op family is timed on several shapes with the op patterns the engine uses, then fitted by
+non-negative least squares to
+
+.. math::
+    t = o + \\frac{w}{r} + \\frac{v}{r_{row}}
+
+(``w`` the family's work, ``v`` its dense-output row*feature work); the backward ratio is the median
+of backward over forward time on the same shapes; the parallel efficiency comes from the largest shape
+timed with one thread and with all cores, :math:`\\eta = (t_1 / t_C - 1) / (C - 1)`. The network is
+two local gloo processes: ping-pong of several sizes fitted to :math:`\\alpha + b / B`, and a stream of
+back-to-back small messages giving the per-message channel time ``g`` (so ``L = alpha - g``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from simulator.profile import Link, OpCost, Profile
+
+Printer = Callable[[str], None]
+
+
+@dataclass
+class Calibration:
+    """Settings of one calibration run.
+
+    Args:
+        quick: small shapes and few repeats (< 20 s), for tests and smoke runs.
+        network: run the two-process gloo benchmark.
+        fused: time the fused GAT kernels when ``kernels`` provides them.
+        threads: thread count for the "all cores" measurement (default: usable cores).
+        seed: random graphs' seed.
+        log: progress printer.
+    """
+
+    quick: bool = False
+    network: bool = True
+    fused: bool = True
+    threads: int | None = None
+    seed: int = 0
+    log: Printer = print
+    notes: list[str] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def repeats(self) -> int:
+        return 3 if self.quick else 5
+
+
+def usable_cores() -> int:
+    """Cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def time_call(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> float:
+    """Median wall time of ``fn()`` over ``repeats`` runs after ``warmup`` runs."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def fit_nonnegative(features: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+    """Non-negative least squares of ``seconds ~ features @ coef``, in relative error.
+
+    Rows are weighted by ``1/seconds`` so small and large shapes count alike.
+    """
+    from scipy.optimize import nnls
+
+    w = 1.0 / np.maximum(seconds, 1e-9)
+    coef, _ = nnls(features * w[:, None], seconds * w)
+    return coef
+
+
+def _rate(coef: float, fallback: float) -> float:
+    """Units per second from a fitted seconds-per-unit coefficient."""
+    return 1.0 / coef if coef > 0 else fallback
+
+
+def random_csr(num_dst: int, num_src: int, degree: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """A random CSR (rowptr, col) with ``degree`` in-edges per destination, sources uniform."""
+    col = torch.randint(0, num_src, (num_dst * degree,), generator=gen)
+    col = col.view(num_dst, degree).sort(dim=1).values.reshape(-1)
+    rowptr = torch.arange(0, num_dst * degree + 1, degree, dtype=torch.long)
+    return rowptr, col
+
+
+def _set_threads(n: int) -> None:
+    torch.set_num_threads(max(1, n))
+
+
+# ------------------------------------------------------------------------------------------- ops
+def bench_gemm(cal: Calibration, cores: int) -> OpCost:
+    """Dense ``x @ W`` over several shapes: FLOP/s and per-call overhead."""
+    shapes = (
+        [(2000, 64, 64), (4000, 128, 64), (2000, 256, 256), (500, 32, 32)]
+        if cal.quick
+        else [
+            (4000, 64, 64),
+            (10000, 128, 128),
+            (5000, 256, 256),
+            (20000, 100, 256),
+            (1000, 32, 32),
+            (200, 16, 16),
+        ]
+    )
+    rows, secs = [], []
+    for n, k, m in shapes:
+        a, w = torch.randn(n, k), torch.randn(k, m)
+        t = time_call(lambda a=a, w=w: a @ w, cal.repeats)
+        rows.append([1.0, 2.0 * n * k * m])
+        secs.append(t)
+    coef = fit_nonnegative(np.array(rows), np.array(secs))
+    n, k, m = max(shapes, key=lambda s: s[0] * s[1] * s[2])
+    a, w = torch.randn(n, k), torch.randn(k, m)
+    eff = _parallel_eff(cal, cores, lambda: a @ w)
+    cal.raw["gemm"] = {"shapes": shapes, "seconds": secs}
+    return OpCost(rate=_rate(coef[1], 1e10), overhead_s=float(coef[0]), bwd_ratio=1.0, parallel_eff=eff)
+
+
+def _parallel_eff(cal: Calibration, cores: int, fn: Callable[[], Any]) -> float:
+    """:math:`\\eta` from one-thread and all-core times of ``fn``."""
+    if cores <= 1:
+        return 1.0
+    t1 = time_call(fn, cal.repeats)
+    _set_threads(cores)
+    try:
+        tc = time_call(fn, cal.repeats)
+    finally:
+        _set_threads(1)
+    return float(np.clip((t1 / max(tc, 1e-12) - 1.0) / (cores - 1), 0.0, 1.0))
+
+
+def _sparse_shapes(cal: Calibration, scale: float = 1.0) -> list[tuple[int, int, int]]:
+    """(nodes, degree, features) shapes: varied degree at fixed rows and varied rows, to separate the
+    per-edge and per-row terms, plus a tiny shape that pins the per-call overhead. ``scale`` shrinks
+    the row counts for slow families."""
+    if cal.quick:
+        shapes = [(4000, 2, 32), (4000, 16, 32), (12000, 4, 16), (2000, 32, 64)]
+    else:
+        shapes = [
+            (20000, 2, 32),
+            (20000, 10, 32),
+            (20000, 40, 32),
+            (60000, 4, 16),
+            (10000, 16, 128),
+            (5000, 64, 64),
+        ]
+    return [(max(64, int(n * scale)), d, f) for n, d, f in shapes] + [(64, 2, 8)]
+
+
+def _fit_sparse(
+    rows: list[list[float]], fwd: list[float], bwd: list[float], fallback_rate: float
+) -> tuple[float, float, float | None, float]:
+    coef = fit_nonnegative(np.array(rows), np.array(fwd))
+    row_rate = 1.0 / coef[2] if coef[2] > 0 else None
+    ratio = statistics.median(b / f for b, f in zip(bwd, fwd, strict=True)) if bwd else 2.0
+    return _rate(coef[1], fallback_rate), float(coef[0]), row_rate, float(ratio)
+
+
+def bench_spmm(cal: Calibration, cores: int, gen: torch.Generator) -> OpCost:
+    """Sum aggregation of one shard: ``addmm(state, A, X)`` with a CSR ``A``; backward ``A^T G``."""
+    rows, fwd, bwd = [], [], []
+    last = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # sparse CSR support is in beta
+        for n, deg, f in _sparse_shapes(cal):
+            rowptr, col = random_csr(n, n, deg, gen)
+            vals = torch.ones(col.numel())
+            a = torch.sparse_csr_tensor(rowptr, col, vals, size=(n, n))
+            at = a.t().to_sparse_csr()
+            x, state = torch.randn(n, f), torch.zeros(n, f)
+            tf = time_call(lambda a=a, x=x, s=state: torch.sparse.addmm(s, a, x), cal.repeats)
+            tb = time_call(lambda at=at, x=x: at @ x, cal.repeats)
+            rows.append([1.0, n * deg * f, n * f])
+            fwd.append(tf)
+            bwd.append(tb)
+            if last is None or tf > last[0]:  # the slowest shape measures the thread efficiency
+                last = (tf, (a, x, state))
+        a, x, state = last[1]
+        eff = _parallel_eff(cal, cores, lambda: torch.sparse.addmm(state, a, x))
+    rate, overhead, row_rate, ratio = _fit_sparse(rows, fwd, bwd, 1e9)
+    cal.raw["spmm"] = {"shapes": _sparse_shapes(cal), "fwd": fwd, "bwd": bwd}
+    return OpCost(rate=rate, overhead_s=overhead, bwd_ratio=ratio, parallel_eff=eff, row_rate=row_rate)
+
+
+def _max_forward(
+    x: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, best: torch.Tensor, count: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One shard of a streamed max: gather, scatter amax, count ties, merge into (best, count)."""
+    msg = x[src]
+    index = dst.view(-1, 1).expand_as(msg)
+    shard_max = torch.full_like(best, -torch.inf).scatter_reduce(0, index, msg, "amax")
+    ties = torch.zeros_like(count).index_add_(0, dst, (msg == shard_max[dst]).to(count.dtype))
+    new = torch.maximum(best, shard_max)
+    count = torch.where(best == new, count, 0) + torch.where(shard_max == new, ties, 0)
+    return new, count
+
+
+def _max_backward(
+    x: torch.Tensor,
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    best: torch.Tensor,
+    count: torch.Tensor,
+    grad: torch.Tensor,
+) -> torch.Tensor:
+    """One shard's max-aggregation VJP rebuilt from its rows and the final (best, count)."""
+    with torch.enable_grad():
+        leaf = x.detach().requires_grad_(True)
+        msg = leaf[src]
+        hit = (msg.detach() == best[dst]) & (count[dst] > 0)
+        weight = hit.to(msg.dtype) / count[dst].clamp(min=1)
+        acc = torch.zeros_like(best).index_add(0, dst, msg * weight)
+        (g,) = torch.autograd.grad(acc, leaf, grad)
+    return g
+
+
+def bench_max(cal: Calibration, cores: int, gen: torch.Generator) -> OpCost:
+    """Max aggregation of one shard (gather + scatter_reduce amax + tie counts) and its rebuilt VJP."""
+    rows, fwd, bwd = [], [], []
+    last = None
+    shapes = _sparse_shapes(cal, scale=0.4)
+    for n, deg, f in shapes:
+        rowptr, col = random_csr(n, n, deg, gen)
+        dst = torch.repeat_interleave(torch.arange(n), deg)
+        x = torch.randn(n, f)
+        best, count = torch.full((n, f), -torch.inf), torch.zeros(n, f)
+        tf = time_call(lambda x=x, c=col, d=dst, b=best, k=count: _max_forward(x, c, d, b, k), cal.repeats)
+        fb, fc = _max_forward(x, col, dst, best, count)
+        g = torch.randn(n, f)
+        tb = time_call(lambda x=x, c=col, d=dst, b=fb, k=fc, g=g: _max_backward(x, c, d, b, k, g), cal.repeats)
+        rows.append([1.0, n * deg * f, n * f])
+        fwd.append(tf)
+        bwd.append(tb)
+        if last is None or tf > last[0]:
+            last = (tf, (x, col, dst, best, count))
+    x, col, dst, best, count = last[1]
+    eff = _parallel_eff(cal, cores, lambda: _max_forward(x, col, dst, best, count))
+    rate, overhead, row_rate, ratio = _fit_sparse(rows, fwd, bwd, 1e8)
+    cal.raw["max_aggr"] = {"shapes": shapes, "fwd": fwd, "bwd": bwd}
+    return OpCost(rate=rate, overhead_s=overhead, bwd_ratio=ratio, parallel_eff=eff, row_rate=row_rate)
+
+
+def _gat_unfused(
+    rowptr: torch.Tensor, col: torch.Tensor, s_dst: torch.Tensor, s_src: torch.Tensor, z: torch.Tensor
+) -> torch.Tensor:
+    """Edge-wise GAT attention: scores, shifted exp, normaliser, weighted scatter of ``z[col]``."""
+    n = rowptr.numel() - 1
+    row = torch.repeat_interleave(torch.arange(n), rowptr[1:] - rowptr[:-1])
+    e = torch.nn.functional.leaky_relu(s_dst[row] + s_src[col], 0.2)
+    with torch.no_grad():
+        shift = torch.full_like(s_dst, -torch.inf).scatter_reduce(0, row[:, None].expand_as(e), e, "amax")
+    w = torch.exp(e - shift[row])
+    denom = torch.zeros_like(s_dst).index_add(0, row, w)
+    alpha = w / denom[row]
+    return torch.zeros(n, z.shape[1], z.shape[2]).index_add(0, row, alpha[..., None] * z[col])
+
+
+def _gat_shapes(cal: Calibration) -> list[tuple[int, int, int, int]]:
+    """(nodes, degree, heads, channels)."""
+    tiny = [(64, 2, 1, 8)]  # pins the per-call overhead
+    if cal.quick:
+        return [(2000, 4, 2, 16), (2000, 16, 2, 16), (6000, 4, 1, 16)] + tiny
+    shapes = [(10000, 4, 4, 16), (10000, 16, 4, 16), (20000, 8, 1, 32), (5000, 32, 2, 32), (20000, 2, 4, 8)]
+    return shapes + tiny
+
+
+def _gat_inputs(n: int, deg: int, heads: int, ch: int, gen: torch.Generator, grad: bool) -> tuple:
+    rowptr, col = random_csr(n, n, deg, gen)
+    z = torch.randn(n, heads, ch, generator=gen).requires_grad_(grad)
+    s_src = torch.randn(n, heads, generator=gen).requires_grad_(grad)
+    s_dst = torch.randn(n, heads, generator=gen).requires_grad_(grad)
+    return rowptr, col, s_dst, s_src, z
+
+
+def bench_gat_unfused(cal: Calibration, cores: int, gen: torch.Generator) -> OpCost:
+    """Unfused GAT attention over one shard (edge-wise torch ops) and its autograd backward."""
+    rows, fwd, bwd = [], [], []
+    last = None
+    for n, deg, heads, ch in _gat_shapes(cal):
+        rowptr, col, s_dst, s_src, z = _gat_inputs(n, deg, heads, ch, gen, grad=True)
+        with torch.no_grad():
+            tf = time_call(lambda a=(rowptr, col, s_dst, s_src, z): _gat_unfused(*a), cal.repeats)
+
+        def backward(a=(rowptr, col, s_dst, s_src, z)) -> None:
+            out = _gat_unfused(*a)
+            torch.autograd.grad(out, a[2:], torch.ones_like(out))
+
+        tb = time_call(backward, cal.repeats)
+        rows.append([1.0, n * deg * heads * ch, n * heads * ch])
+        fwd.append(tf)
+        # backward() ran the forward too (with autograd); what remains is the backward pass itself
+        bwd.append(max(tb - tf, 0.1 * tf))
+        if last is None or tf > last[0]:
+            last = (tf, (rowptr, col, s_dst, s_src, z))
+    with torch.no_grad():
+        eff = _parallel_eff(cal, cores, lambda: _gat_unfused(*last[1]))
+    rate, overhead, row_rate, ratio = _fit_sparse(rows, fwd, bwd, 5e7)
+    cal.raw["gat_unfused"] = {"shapes": _gat_shapes(cal), "fwd": fwd, "bwd": bwd}
+    return OpCost(rate=rate, overhead_s=overhead, bwd_ratio=ratio, parallel_eff=eff, row_rate=row_rate)
+
+
+def bench_gat_fused(cal: Calibration, cores: int, gen: torch.Generator) -> OpCost | None:
+    """``kernels.gat_forward_shard`` / ``gat_backward_shard`` when ``import kernels`` provides them."""
+    try:
+        import kernels
+    except Exception as err:  # noqa: BLE001 - any import failure means "not available"
+        cal.notes.append(f"fused GAT not measured: import kernels failed ({type(err).__name__}: {err})")
+        return None
+    fwd_fn = getattr(kernels, "gat_forward_shard", None)
+    bwd_fn = getattr(kernels, "gat_backward_shard", None)
+    if fwd_fn is None or bwd_fn is None:
+        cal.notes.append("fused GAT not measured: kernels lacks gat_forward_shard/gat_backward_shard")
+        return None
+    backend = "torch"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            backend = kernels.backend() if hasattr(kernels, "backend") else "unknown"
+    except Exception as err:  # noqa: BLE001
+        cal.notes.append(f"kernels.backend() failed ({err}); timing whatever gat_forward_shard runs")
+    rows, fwd, bwd = [], [], []
+    last = None
+    try:
+        for n, deg, heads, ch in _gat_shapes(cal):
+            rowptr, col, s_dst, s_src, z = _gat_inputs(n, deg, heads, ch, gen, grad=False)
+            transpose = kernels.csr_transpose(rowptr, col, n) if hasattr(kernels, "csr_transpose") else None
+            tf = time_call(lambda a=(rowptr, col, s_dst, s_src, z): fwd_fn(*a, 0.2), cal.repeats)
+            m, l, acc = fwd_fn(rowptr, col, s_dst, s_src, z, 0.2)
+            out = acc / torch.where(l > 0, l, torch.ones_like(l))[..., None]
+            g = torch.randn_like(out)
+            delta = (g * out).sum(-1)
+            args = (rowptr, col, s_dst, s_src, z, 0.2, m, l, g, delta)
+            tb = time_call(lambda a=args, t=transpose: bwd_fn(*a, transpose=t), cal.repeats)
+            rows.append([1.0, n * deg * heads * ch, n * heads * ch])
+            fwd.append(tf)
+            bwd.append(tb)
+            if last is None or tf > last[0]:
+                last = (tf, (rowptr, col, s_dst, s_src, z))
+        eff = _parallel_eff(cal, cores, lambda: fwd_fn(*last[1], 0.2))
+    except Exception as err:  # noqa: BLE001 - an API mismatch must not sink the whole calibration
+        cal.notes.append(f"fused GAT not measured: calling the kernels failed ({type(err).__name__}: {err})")
+        return None
+    cal.notes.append(f"fused GAT measured with kernels backend {backend!r}")
+    rate, overhead, row_rate, ratio = _fit_sparse(rows, fwd, bwd, 2e8)
+    cal.raw["gat_fused"] = {"shapes": _gat_shapes(cal), "fwd": fwd, "bwd": bwd, "backend": backend}
+    return OpCost(rate=rate, overhead_s=overhead, bwd_ratio=ratio, parallel_eff=eff, row_rate=row_rate)
+
+
+def bench_elementwise(cal: Calibration, cores: int) -> OpCost:
+    """``c = a + b`` over several sizes: bytes moved (2 reads + 1 write) per second and per-call overhead."""
+    sizes = (
+        [1_000, 100_000, 1_000_000, 4_000_000]
+        if cal.quick
+        else [100, 10_000, 100_000, 1_000_000, 4_000_000, 16_000_000]
+    )
+    rows, secs = [], []
+    for size in sizes:
+        a, b = torch.randn(size), torch.randn(size)
+        t = time_call(lambda a=a, b=b: a + b, cal.repeats * 2)
+        rows.append([1.0, 12.0 * size])
+        secs.append(t)
+    coef = fit_nonnegative(np.array(rows), np.array(secs))
+    a, b = torch.randn(sizes[-1]), torch.randn(sizes[-1])
+    eff = _parallel_eff(cal, cores, lambda: a + b)
+    cal.raw["elementwise"] = {"sizes": sizes, "seconds": secs}
+    return OpCost(rate=_rate(coef[1], 5e9), overhead_s=float(coef[0]), bwd_ratio=1.0, parallel_eff=eff)
+
+
+def bench_allocator(cal: Calibration) -> float:
+    """Resident bytes per tensor byte for large tensors (page rounding, allocator headers)."""
+    try:  # the engine's workers lower glibc's mmap threshold; do the same so frees return memory
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 1 << 17)
+        libc.mallopt(-1, 1 << 17)
+    except OSError:
+        cal.notes.append("allocator: glibc mallopt unavailable; measured with default malloc settings")
+
+    def rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    if not os.path.exists("/proc/self/statm"):
+        cal.notes.append("allocator: /proc not available; factor 1.0 assumed")
+        return 1.0
+    sizes = [300_000, 1_000_000, 3_000_000]  # float32 elements: 1.2, 4 and 12 MB tensors
+    ratios = []
+    for size in sizes:
+        before = rss()
+        held = [torch.ones(size) for _ in range(8)]
+        grown = rss() - before
+        ratios.append(grown / (8 * size * 4))
+        del held
+    factor = float(np.clip(statistics.median(ratios), 1.0, 1.5))
+    cal.raw["allocator"] = {"sizes": sizes, "ratios": ratios}
+    return factor
+
+
+def bench_first_use(cal: Calibration) -> dict[str, float]:
+    """Resident bytes per op family on first use, from a fresh process (:mod:`simulator.memprobe`)."""
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    out = subprocess.run(
+        [sys.executable, "-m", "simulator.memprobe"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+        timeout=120,
+        check=True,
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    cal.raw["first_use"] = result
+    return {k: float(v) for k, v in result.items()}
+
+
+# ---------------------------------------------------------------------------------------- network
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def bench_network(cal: Calibration) -> tuple[Link, float]:
+    """gloo point-to-point between two local processes (:mod:`simulator.netbench`): (link, post time)."""
+    sizes = [4, 4096, 65536, 1 << 20, 4 << 20] if cal.quick else [4, 1024, 16384, 131072, 1 << 20, 4 << 20, 16 << 20]
+    repeats = 5 if cal.quick else 15
+    stream = 64 if cal.quick else 256
+    port = _free_port()
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    cmd = [
+        sys.executable,
+        "-m",
+        "simulator.netbench",
+        "--port",
+        str(port),
+        "--sizes",
+        ",".join(map(str, sizes)),
+        "--repeats",
+        str(repeats),
+        "--stream",
+        str(stream),
+    ]
+    procs = [
+        subprocess.Popen(
+            cmd + ["--rank", str(r)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=root,
+        )
+        for r in (0, 1)
+    ]
+    outputs = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=120)
+            if proc.returncode != 0:
+                raise RuntimeError(f"netbench rank exited with {proc.returncode}: {err.strip()[-300:]}")
+            outputs.append(out)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    result = json.loads(outputs[0].strip().splitlines()[-1])
+    one_way = np.array([result["one_way_s"][str(s)] for s in sizes])
+    coef = fit_nonnegative(np.array([[1.0, float(s)] for s in sizes]), one_way)
+    alpha = float(coef[0]) if coef[0] > 0 else float(one_way.min())
+    bandwidth = 1.0 / coef[1] if coef[1] > 0 else float(sizes[-1] / one_way[-1])
+    gap = float(min(result["stream_s"], alpha))
+    cal.raw["network"] = {"sizes": sizes, **result}
+    return Link(latency_s=alpha - gap, bandwidth_Bps=bandwidth, gap_s=gap), float(result["call_s"])
+
+
+# ------------------------------------------------------------------------------------------- main
+def cpu_model() -> str:
+    """The CPU model string from /proc/cpuinfo (or platform)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def calibrate(cal: Calibration | None = None, name: str = "local") -> Profile:
+    """Measure this machine and return its :class:`Profile` (see the module docstring)."""
+    cal = cal or Calibration()
+    log = cal.log
+    cores = cal.threads or usable_cores()
+    start = time.perf_counter()
+    old_threads = torch.get_num_threads()
+    _set_threads(1)
+    gen = torch.Generator().manual_seed(cal.seed)
+    ops: dict[str, OpCost] = {}
+    try:
+        steps: list[tuple[str, Callable[[], OpCost | None]]] = [
+            ("gemm", lambda: bench_gemm(cal, cores)),
+            ("spmm", lambda: bench_spmm(cal, cores, gen)),
+            ("max_aggr", lambda: bench_max(cal, cores, gen)),
+            ("gat_unfused", lambda: bench_gat_unfused(cal, cores, gen)),
+            ("elementwise", lambda: bench_elementwise(cal, cores)),
+        ]
+        if cal.fused:
+            steps.append(("gat_fused", lambda: bench_gat_fused(cal, cores, gen)))
+        else:
+            cal.notes.append("fused GAT not measured (disabled); the simulator falls back to the unfused costs")
+        for i, (op_name, fn) in enumerate(steps, start=1):
+            t0 = time.perf_counter()
+            log(f"[calibrate {i}/{len(steps) + 2}] {op_name} ...")
+            cost = fn()
+            if cost is not None:
+                ops[op_name] = cost
+                row = f", row {cost.row_rate:.3g}/s" if cost.row_rate else ""
+                log(
+                    f"    rate {cost.rate:.3g}/s{row}, overhead {cost.overhead_s * 1e6:.1f} us, "
+                    f"bwd x{cost.bwd_ratio:.2f}, thread eff {cost.parallel_eff:.2f} "
+                    f"({time.perf_counter() - t0:.1f}s)"
+                )
+        log(f"[calibrate {len(steps) + 1}/{len(steps) + 2}] allocator and first-use memory ...")
+        factor = bench_allocator(cal)
+        first_use: dict[str, float] = {}
+        if cal.quick:
+            cal.notes.append("first-use memory not measured (--quick); run a full calibration for it")
+        else:
+            try:
+                first_use = bench_first_use(cal)
+            except (subprocess.SubprocessError, OSError, ValueError, IndexError) as err:
+                cal.notes.append(f"first-use memory not measured ({type(err).__name__}: {err})")
+        log(
+            f"    resident bytes per tensor byte {factor:.3f}; first use (MiB): "
+            + ", ".join(f"{k} {v / 2**20:.1f}" for k, v in first_use.items())
+        )
+    finally:
+        _set_threads(old_threads)
+    log(f"[calibrate {len(steps) + 2}/{len(steps) + 2}] gloo point-to-point (2 local processes) ...")
+    call_s = 0.0
+    if cal.network:
+        try:
+            link, call_s = bench_network(cal)
+            log(
+                f"    alpha {link.alpha_s * 1e6:.1f} us (gap {link.gap_s * 1e6:.1f} us), "
+                f"bandwidth {link.bandwidth_Bps / 1e9:.2f} GB/s, post {call_s * 1e6:.1f} us"
+            )
+        except Exception as err:  # noqa: BLE001 - keep the compute calibration if gloo fails
+            cal.notes.append(f"network not measured ({type(err).__name__}: {err}); 50 us / 1 GB/s assumed")
+            link = Link(latency_s=50e-6, bandwidth_Bps=1e9)
+    else:
+        cal.notes.append("network not measured (disabled); 50 us / 1 GB/s assumed")
+        link = Link(latency_s=50e-6, bandwidth_Bps=1e9)
+    elapsed = time.perf_counter() - start
+    notes = [
+        "rates are per thread at 1 thread; parallel_eff from the same op at all usable cores",
+        "inter_host = intra_host: measured on one machine (loopback gloo)",
+        *cal.notes,
+    ]
+    log(f"calibration done in {elapsed:.1f}s")
+    return Profile(
+        name=name,
+        ops=ops,
+        inter_host=link,
+        intra_host=link,
+        cores_per_host=usable_cores(),
+        workers_per_host=0,
+        p2p_call_s=call_s,
+        mem_overhead_factor=factor,
+        first_use_bytes=first_use,
+        notes=tuple(notes),
+        meta={
+            "machine": cpu_model(),
+            "torch": torch.__version__,
+            "date": datetime.date.today().isoformat(),
+            "threads_measured": [1, cores],
+            "quick": cal.quick,
+            "seconds": round(elapsed, 2),
+            "raw": _jsonable(cal.raw),
+        },
+    )
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (np.floating, np.integer)):
+        return obj.item()
+    return obj
+
+
+def default_profile_path() -> Path:
+    """The profile calibrate writes and simulate reads by default: results/simulator_profile.json."""
+    return Path(__file__).resolve().parent.parent / "results" / "simulator_profile.json"

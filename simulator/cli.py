@@ -1,0 +1,265 @@
+"""Command-line entry points: ``sarlab calibrate`` and ``sarlab simulate`` (wired by real/cli.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from simulator.calibrate import Calibration, calibrate, default_profile_path
+from simulator.epoch import simulate_epoch
+from simulator.layers import ModelSpec
+from simulator.profile import PRESETS, Profile, load_profile, save_profile
+from simulator.sweep import parse_model, simulate_sweep, split_list, summarize
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+def _write_json(path: str, payload: dict[str, Any]) -> None:
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(payload, indent=1, default=_json_default) + "\n")
+    _print(f"wrote {target}")
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "item"):
+        return obj.item()
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    return str(obj)
+
+
+# ------------------------------------------------------------------------------------ calibrate
+def calibrate_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="sarlab calibrate",
+        description="Measure this machine (GEMM, sparse/max aggregation, GAT attention, elementwise "
+        "bandwidth, "
+        "gloo point-to-point between 2 local processes, allocator) and write the profile JSON that "
+        "`sarlab simulate` reads.",
+    )
+    p.add_argument("--out", default=str(default_profile_path()), help="profile JSON to write (default: %(default)s)")
+    p.add_argument("--quick", action="store_true", help="small shapes, few repeats (< 20 s)")
+    p.add_argument("--no-network", action="store_true", help="skip the gloo benchmark (assume 50 us, 1 GB/s)")
+    p.add_argument("--no-fused", action="store_true", help="skip the fused GAT kernels")
+    p.add_argument("--threads", type=int, default=None, help="threads for the all-cores measurement")
+    p.add_argument("--name", default="local", help="profile name (default: %(default)s)")
+    p.add_argument("--json", metavar="PATH", help="also write a machine-readable summary here")
+    return p
+
+
+def calibrate_main(argv: list[str] | None = None) -> int:
+    """``sarlab calibrate``: microbenchmarks -> profile JSON. Returns the exit status."""
+    args = calibrate_parser().parse_args(argv)
+    cal = Calibration(
+        quick=args.quick,
+        network=not args.no_network,
+        fused=not args.no_fused,
+        threads=args.threads,
+        log=_print,
+    )
+    profile = calibrate(cal, name=args.name)
+    path = save_profile(profile, args.out)
+    _print(f"wrote {path}")
+    if args.json:
+        _write_json(args.json, {"profile_path": str(path), "profile": profile.to_json()})
+    return 0
+
+
+# ------------------------------------------------------------------------------------- simulate
+def simulate_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="sarlab simulate",
+        description="Predict epoch time and per-worker peak memory of sar/sa/oneshot training with a "
+        "SimPy model "
+        "of the epoch; sweep modes x models x worker counts; or validate against real records.",
+    )
+    p.add_argument(
+        "--graph",
+        default="ogbn-products",
+        help="partition directory ({N} = worker count), preset (ogbn-products, ogbn-papers100M) or "
+        "estimate:nodes=N,edges=E,features=F,classes=C[,cut=PHI] (default: %(default)s)",
+    )
+    p.add_argument(
+        "--edge-cut",
+        type=float,
+        default=None,
+        help="edge-cut fraction for presets/estimates (default: random partition, (N-1)/N)",
+    )
+    p.add_argument("--modes", default="sar,sa,oneshot", help="comma list (default: %(default)s)")
+    p.add_argument(
+        "--models",
+        default="gcn,sage,gat",
+        help="comma list: gcn, sage[-mean|-max|-pool], gat[-fused|-unfused] (default: %(default)s)",
+    )
+    p.add_argument("--workers", default="2,4,8", help="comma list of worker counts (default: %(default)s)")
+    p.add_argument("--layers", type=int, default=3)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--heads", type=int, default=4, help="GAT heads of hidden layers")
+    p.add_argument("--aggr", default="mean", choices=("mean", "max", "pool"), help="SAGE aggregator for 'sage'")
+    p.add_argument("--fused", action="store_true", help="GAT uses the fused kernels for 'gat'")
+    p.add_argument("--no-batchnorm", action="store_true")
+    p.add_argument("--dropout", type=float, default=0.5)
+    p.add_argument("--dtype", default="float32", choices=("float32", "float64", "bfloat16"))
+    p.add_argument("--prefetch", type=int, default=1)
+    p.add_argument("--threads", type=float, default=None, help="threads per worker (default: cores / workers)")
+    p.add_argument(
+        "--workers-per-host",
+        type=int,
+        default=None,
+        help="placement (default: the profile's; 0 = all workers on one host)",
+    )
+    p.add_argument(
+        "--profile",
+        default=None,
+        help=f"profile JSON or preset ({', '.join(PRESETS)}); default: "
+        f"{default_profile_path().name} if it exists, else reference-laptop",
+    )
+    p.add_argument(
+        "--network",
+        default="reserve",
+        choices=("reserve", "simpy"),
+        help="NIC channel implementation (default: %(default)s)",
+    )
+    p.add_argument("--out", metavar="CSV", help="write the per-rank records (metric-record columns) here")
+    p.add_argument("--plots", metavar="DIR", help="write Gantt and memory PNGs (and a scaling plot) into DIR")
+    p.add_argument("--plot-limit", type=int, default=3, help="Gantt/memory plots for at most this many configs")
+    p.add_argument(
+        "--validate",
+        metavar="RECORDS",
+        help="compare with real records (CSV / JSON lines from `sarlab bench engine`)",
+    )
+    p.add_argument(
+        "--validation-out",
+        default=str(RESULTS / "simulator_validation.csv"),
+        help="validation table (default: %(default)s); its PNG is written beside it",
+    )
+    p.add_argument("--warmup", type=int, default=1, help="validation: epochs before this one are warm-up")
+    p.add_argument("--json", metavar="PATH", help="write machine-readable output here")
+    return p
+
+
+def _profile(spec: str | None) -> Profile:
+    if spec:
+        return load_profile(spec)
+    path = default_profile_path()
+    if path.exists():
+        return load_profile(path)
+    _print(f"no calibrated profile at {path}: using the reference-laptop preset (run `sarlab calibrate`)")
+    return load_profile("reference-laptop")
+
+
+def simulate_main(argv: list[str] | None = None) -> int:
+    """``sarlab simulate``: sweep or validate. Returns the exit status."""
+    args = simulate_parser().parse_args(argv)
+    try:
+        profile = _profile(args.profile)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    _print(f"profile {profile.name} ({profile.meta.get('machine', profile.meta.get('source', ''))})")
+    if args.validate:
+        return _validate(args, profile)
+    base = ModelSpec(
+        model="gcn",
+        layers=args.layers,
+        hidden=args.hidden,
+        heads=args.heads,
+        aggr=args.aggr,
+        fused=args.fused,
+        batchnorm=not args.no_batchnorm,
+        dropout=args.dropout,
+        dtype=args.dtype,
+    )
+    try:
+        models = [parse_model(label, base) for label in split_list(args.models)]
+        workers = [int(w) for w in split_list(args.workers)]
+        start = time.perf_counter()
+        df, items = simulate_sweep(
+            args.graph,
+            split_list(args.modes),
+            models,
+            workers,
+            profile,
+            prefetch=args.prefetch,
+            threads=args.threads,
+            workers_per_host=args.workers_per_host,
+            edge_cut=args.edge_cut,
+            trace=False,
+            network=args.network,
+            progress=_print,
+        )
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    summary = summarize(df)
+    events = sum(it.result.events for it in items)
+    wall = time.perf_counter() - start
+    _print(summary.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    _print(f"{len(items)} configurations, {events:,} events in {wall:.2f}s ({events / max(wall, 1e-9):,.0f} events/s)")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        df.to_csv(args.out, index=False)
+        _print(f"wrote {args.out}")
+    if args.plots:
+        from simulator.plots import gantt, memory_plot, scaling_plot
+
+        outdir = Path(args.plots)
+        for it in items[: max(args.plot_limit, 0)]:  # re-simulated with traces (same result, more bookkeeping)
+            traced = simulate_epoch(it.stats, it.model, replace(it.run, trace=True), profile)
+            title = f"{it.model.label()} {it.mode}, {it.workers} workers ({it.stats.graph}, {profile.name})"
+            _print(f"wrote {gantt(traced, outdir / f'simulator_gantt_{it.key()}.png', title)}")
+            _print(f"wrote {memory_plot(traced, outdir / f'simulator_memory_{it.key()}.png', title)}")
+        if len(workers) > 1:
+            title = f"{args.graph} ({profile.name})"
+            scaling = scaling_plot(summary, outdir / "simulator_scaling.png", title)
+            _print(f"wrote {scaling}")
+    if args.json:
+        _write_json(
+            args.json,
+            {
+                "profile": profile.name,
+                "graph": args.graph,
+                "events": events,
+                "wall_s": wall,
+                "summary": summary.to_dict(orient="records"),
+                "records": df.to_dict(orient="records"),
+            },
+        )
+    return 0
+
+
+def _validate(args: argparse.Namespace, profile: Profile) -> int:
+    from simulator.plots import validation_plot
+    from simulator.validate import error_summary, read_records, validate
+
+    try:
+        records = read_records(args.validate)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    _print(f"{len(records)} records from {args.validate}")
+    table = validate(records, profile, warmup=args.warmup, progress=_print)
+    errors = error_summary(table)
+    out = Path(args.validation_out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out, index=False)
+    png = validation_plot(table, out.with_suffix(".png"), f"simulator vs measured ({profile.name})")
+    _print(
+        f"median |error|: time {errors['median_abs_time_error']:.1%}, "
+        f"memory {errors['median_abs_memory_error']:.1%} over {errors['configurations']} configurations"
+    )
+    _print(f"wrote {out}\nwrote {png}")
+    if args.json:
+        _write_json(args.json, {"profile": profile.name, **errors, "table": table.to_dict(orient="records")})
+    return 0

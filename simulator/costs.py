@@ -1,0 +1,77 @@
+"""Cost model: seconds for compute ops, point-to-point messages and all-reduces, from a :class:`Profile`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from simulator.layers import Number, Op
+from simulator.profile import Link, Profile
+
+
+class CostModel:
+    """Prices :class:`Op` lists on one worker with ``threads`` threads.
+
+    .. math::
+        t(\\mathrm{op}) = \\sigma_{dtype}\\, \\rho^{[bwd]} \\left(k\\,o + \\frac{w}{r\\,s(T)}
+        + \\frac{v}{r_{row}\\,s(T)}\\right), \\qquad s(T) = 1 + (T-1)\\eta
+
+    with ``k`` calls, overhead ``o``, work ``w``, dense-output work ``v``, rates ``r`` and ``r_row``,
+    thread efficiency ``eta``, backward ratio ``rho`` (backward ops only) and dtype slowdown ``sigma``.
+
+    Args:
+        profile: the machine profile.
+        threads: compute threads of one worker.
+        dtype: element type (selects the profile's dtype slowdown).
+    """
+
+    def __init__(self, profile: Profile, threads: float, dtype: str = "float32") -> None:
+        if threads <= 0:
+            raise ValueError(f"threads must be > 0, got {threads}")
+        self.profile = profile
+        self.threads = float(threads)
+        self.slowdown = float(profile.dtype_slowdown.get(dtype, 1.0))
+        self._speedup: dict[str, float] = {}
+        for name in ("gemm", "spmm", "max_aggr", "gat_unfused", "gat_fused", "elementwise"):
+            self._speedup[name] = profile.op(name).speedup(self.threads)
+
+    def op_seconds(self, op: Op) -> Number:
+        """Seconds of one :class:`Op` (array work gives an array of seconds)."""
+        cost = self.profile.op(op.family)
+        speed = self._speedup[op.family]
+        t = op.calls * cost.overhead_s + op.work / (cost.rate * speed)
+        if cost.row_rate is not None:
+            t = t + op.rows / (cost.row_rate * speed)
+        if op.backward:
+            t = t * cost.bwd_ratio
+        return t * self.slowdown
+
+    def seconds(self, ops: Iterable[Op]) -> Number:
+        """Total seconds of a list of ops (0.0 for an empty list)."""
+        total: Number = 0.0
+        for op in ops:
+            total = total + self.op_seconds(op)
+        return total
+
+
+def message_seconds(link: Link, nbytes: Number) -> Number:
+    """Alpha-beta time of one lone message: :math:`\\alpha + b/B`."""
+    return link.alpha_s + nbytes / link.bandwidth_Bps
+
+
+def allreduce_seconds(link: Link, nbytes: float, workers: int) -> float:
+    """All-reduce of ``nbytes`` over ``workers`` workers: the faster of ring and recursive doubling.
+
+    .. math::
+        t = \\min\\left(2 (N-1) \\alpha + \\frac{2 (N-1)}{N} \\frac{b}{B},\\;
+        \\lceil \\log_2 N \\rceil \\left(\\alpha + \\frac{b}{B}\\right)\\right)
+
+    (ring: reduce-scatter + all-gather, bandwidth-optimal for large buffers; recursive doubling:
+    latency-optimal for the small BatchNorm and loss buffers.)
+    """
+    if workers <= 1:
+        return 0.0
+    steps = 2 * (workers - 1)
+    ring = steps * link.alpha_s + steps / workers * nbytes / link.bandwidth_Bps
+    doubling = math.ceil(math.log2(workers)) * (link.alpha_s + nbytes / link.bandwidth_Bps)
+    return min(ring, doubling)

@@ -1,0 +1,569 @@
+"""What every layer of a GCN / SAGE / GAT model computes, exchanges and keeps, in units the cost model prices.
+
+The stages follow the engine (``sarlab/nn``, ``sarlab/aggregators.py``, ``sarlab/aggregate.py``):
+
+* ``pre``: dense work that makes the rows to exchange (GCN ``h = x W`` scaled by ``deg^-1/2``; SAGE-pool
+  ``relu(x W_p + b_p)``; GAT ``z = x W`` and the two attention scores);
+* the aggregation, one call per source shard, then ``finalize`` (mean division, max clean-up, softmax
+  normalisation);
+* ``post``: dense work after it (GCN self term, scaling, bias; SAGE ``lin_l(agg) + lin_r(x)``; GAT bias);
+* the ``tail`` of hidden layers: distributed BatchNorm (fp64 sums, two all-reduces forward, one backward),
+  ReLU, and dropout whose mask is a hash of (seed, epoch, layer, node id, column) in int64 arithmetic.
+
+Work is a list of :class:`Op`; memory is a :class:`LayerMemory` of byte counts. Notation: ``n``
+destination rows of this worker, ``e`` edges of one shard, ``b`` bytes per element, ``f_i``/``f_o``
+layer input/output widths, ``w`` exchanged row width, ``H`` heads, ``C`` channels per head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+import numpy as np
+
+Number = Union[float, np.ndarray]
+
+DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
+MODELS = ("gcn", "sage", "gat")
+SAGE_AGGRS = ("mean", "max", "pool")
+MODES = ("sar", "sa", "oneshot")
+FP64 = 8  # BatchNorm statistics and the dropout hash run in 64-bit arithmetic whatever the dtype
+
+
+@dataclass(frozen=True)
+class Op:
+    """An amount of work of one op family (priced by :class:`simulator.costs.CostModel`).
+
+    Args:
+        family: a key of :data:`simulator.profile.OP_UNITS`.
+        work: units of work (FLOP, edge*feature, bytes...), scalar or per-shard array.
+        calls: number of calls (each pays the family's fixed overhead).
+        backward: priced with the family's backward ratio.
+        rows: row*feature units of the op's dense output (sparse families: the destination rows it
+            writes), priced at the family's ``row_rate``.
+    """
+
+    family: str
+    work: Number
+    calls: int = 1
+    backward: bool = False
+    rows: Number = 0.0
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model configuration (the configuration columns of a metric record).
+
+    Args:
+        model: ``gcn``, ``sage`` or ``gat``.
+        layers: number of conv layers ``L`` (>= 1).
+        hidden: hidden width (GAT: the concatenated width, ``heads * hidden // heads``).
+        heads: attention heads of GAT's hidden layers (the output layer has one head).
+        aggr: SAGE aggregator: ``mean`` (case 1), ``max`` or ``pool`` (case 2).
+        fused: GAT uses the fused attention kernels (no per-edge tensors).
+        batchnorm: hidden layers apply distributed BatchNorm.
+        dropout: dropout probability of hidden layers (0 disables the op).
+        dtype: ``float32``/``float64``/``bfloat16``.
+    """
+
+    model: str = "gcn"
+    layers: int = 2
+    hidden: int = 64
+    heads: int = 1
+    aggr: str = "mean"
+    fused: bool = False
+    batchnorm: bool = True
+    dropout: float = 0.5
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
+        if self.layers < 1 or self.hidden < 1 or self.heads < 1:
+            raise ValueError("layers, hidden and heads must be >= 1")
+        if self.model == "sage" and self.aggr not in SAGE_AGGRS:
+            raise ValueError(f"sage aggr must be one of {SAGE_AGGRS}, got {self.aggr!r}")
+        if self.model == "gat" and self.hidden % self.heads:
+            raise ValueError(f"GAT hidden size {self.hidden} must be divisible by heads {self.heads}")
+        if self.dtype not in DTYPE_BYTES:
+            raise ValueError(f"dtype must be one of {tuple(DTYPE_BYTES)}, got {self.dtype!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    @property
+    def bytes_per_element(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    def label(self) -> str:
+        """Short name: ``gcn``, ``sage-max``, ``gat-fused``..."""
+        if self.model == "sage":
+            return f"sage-{self.aggr}"
+        if self.model == "gat":
+            return "gat-fused" if self.fused else "gat"
+        return self.model
+
+
+@dataclass(frozen=True)
+class LayerMemory:
+    """Bytes one layer allocates on a worker, by lifetime.
+
+    Args:
+        pre_peak: temporaries of ``pre`` (freed when it ends).
+        exchange: the matrix whose rows are exchanged, when ``pre`` makes a new one (0 when it is the
+            layer input itself).
+        exchange_kept: ``pre``'s own autograd keeps the exchanged matrix (SAGE-pool's ReLU output).
+        pre_saved: other tensors ``pre`` keeps for backward (GAT's attention scores).
+        agg_state: the aggregation's running state.
+        agg_out: the aggregation output (a new tensor when ``new_out``, else the state itself).
+        new_out: ``finalize`` allocates the output (mean, max, GAT) instead of returning the state (sum).
+        agg_out_kept: the output is kept for backward even without the aggregation's own autograd record
+            (SAGE's ``lin_l`` saves its input).
+        post_peak: temporaries of ``post``.
+        conv_out: the conv output (BatchNorm / ReLU input, or the logits of the last layer).
+        bn_peak: fp64 temporaries of BatchNorm's forward; bn_saved: its saved normalised input.
+        relu_saved: ReLU's saved output.
+        dropout_peak: int64 temporaries of the dropout hash; dropout_saved: the saved mask.
+        next_input: the tail's output (the next layer's input, kept until that layer's backward).
+        grad_peak: activation gradients alive during this layer's backward.
+        agg_bwd_hold: held through the aggregation backward besides the source gradient (SAGE-mean's
+            scaled output gradient; GAT's destination-input gradient).
+    """
+
+    pre_peak: int
+    exchange: int
+    exchange_kept: bool
+    pre_saved: int
+    agg_state: int
+    agg_out: int
+    new_out: bool
+    agg_out_kept: bool
+    post_peak: int
+    conv_out: int
+    bn_peak: int
+    bn_saved: int
+    relu_saved: int
+    dropout_peak: int
+    dropout_saved: int
+    next_input: int
+    grad_peak: int
+    agg_bwd_hold: int = 0
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """One conv layer of a model, with the widths, exchange width and gradient case it implies.
+
+    Args:
+        index: layer number (0 = input layer).
+        kind: ``gcn``/``sage``/``gat``.
+        in_dim: ``f_i``.
+        out_dim: ``f_o``.
+        width: columns of every exchanged row.
+        case: 1 = sum/mean of copied rows (remote-row gradient ``A_q^T g`` computed locally, no re-fetch),
+            2 = everything else (``sar`` re-fetches in backward).
+        records: the aggregation records autograd (False when its input is the raw feature matrix and it
+            has no parameters: SAGE mean/max's first layer, which then has no aggregation backward).
+        needs_input_grad: the layer must return a gradient for its input (False for layer 0).
+        hidden: followed by the BatchNorm -> ReLU -> dropout tail.
+        heads: ``H``; channels: ``C`` per head (GAT).
+        aggr: SAGE aggregator; fused: GAT fused kernels.
+        batchnorm, dropout: the tail's settings.
+        bytes_per_element: ``b``.
+        params: trainable parameters (conv + BatchNorm affine).
+    """
+
+    index: int
+    kind: str
+    in_dim: int
+    out_dim: int
+    width: int
+    case: int
+    records: bool
+    needs_input_grad: bool
+    hidden: bool
+    heads: int = 1
+    channels: int = 0
+    aggr: str = "mean"
+    fused: bool = False
+    batchnorm: bool = True
+    dropout: float = 0.0
+    bytes_per_element: int = 4
+    params: int = 0
+
+    @property
+    def family(self) -> str:
+        """The profile op family of one shard's aggregation."""
+        if self.kind == "gat":
+            return "gat_fused" if self.fused else "gat_unfused"
+        return "spmm" if self.case == 1 else "max_aggr"
+
+    @property
+    def agg_width(self) -> int:
+        """Columns of the aggregation output (``H*C`` for GAT, else the exchanged width)."""
+        return self.heads * self.channels if self.kind == "gat" else self.width
+
+    def keeps_edge_tensors(self, mode: str) -> bool:
+        """Per-edge tensors survive from forward to backward (unfused GAT, ``sa``/``oneshot`` autograd)."""
+        return self.kind == "gat" and not self.fused and mode != "sar"
+
+    def recomputes(self, mode: str) -> bool:
+        """The backward of a shard prices a forward of it first.
+
+        Only unfused GAT under ``sar`` (the engine's streamed torch backward recomputes the attention per
+        shard). The fused GAT kernel recomputes inside its backward, and SAGE max/pool's VJP regathers the
+        messages, in every mode: both are part of the calibrated backward ratio.
+        """
+        return self.kind == "gat" and mode == "sar" and not self.fused
+
+    def whole_graph_backward(self, mode: str) -> bool:
+        """``sa`` with kept per-edge tensors runs one autograd backward over all shards, then returns the
+        gradients (``SequentialAggregate._backward_through_graph``)."""
+        return mode == "sa" and self.keeps_edge_tensors(mode)
+
+    # ---------------------------------------------------------------------------------- forward
+    def pre_fwd(self, n: Number) -> list[Op]:
+        """Dense work before the aggregation on ``n`` rows."""
+        b = self.bytes_per_element
+        if self.kind == "gcn":  # h = lin(x); h * deg^-1/2
+            return [
+                Op("gemm", 2.0 * n * self.in_dim * self.out_dim),
+                Op("elementwise", 2.0 * n * self.out_dim * b),
+            ]
+        if self.kind == "sage" and self.aggr == "pool":  # relu(lin(x))
+            return [
+                Op("gemm", 2.0 * n * self.in_dim * self.in_dim),
+                Op("elementwise", 2.0 * n * self.in_dim * b),
+            ]
+        if self.kind == "gat":  # z = lin(x); s_src, s_dst = sum_c z * a
+            hc = self.heads * self.channels
+            return [
+                Op("gemm", 2.0 * n * self.in_dim * hc),
+                Op("elementwise", 2.0 * 3.0 * n * hc * b, calls=4),
+            ]
+        return []
+
+    def shard_fwd(self, edges: Number, n: Number) -> list[Op]:
+        """Aggregation of one shard of ``edges`` in-edges into the running state of ``n`` rows."""
+        return [Op(self.family, edges * self.agg_width_in, rows=n * self.agg_width)]
+
+    @property
+    def agg_width_in(self) -> int:
+        """Features gathered per edge (the exchanged rows without GAT's score column)."""
+        return self.heads * self.channels if self.kind == "gat" else self.width
+
+    def finalize(self, n: Number) -> list[Op]:
+        """Turning the state into the output: mean division, max clean-up, softmax normalisation."""
+        b, w = self.bytes_per_element, self.agg_width
+        if self.kind == "gat":
+            return [Op("elementwise", 3.0 * n * w * b, calls=2)]
+        if self.case == 2:
+            return [Op("elementwise", 4.0 * n * w * b, calls=2)]
+        if self.kind == "sage":  # mean
+            return [Op("elementwise", 2.0 * n * w * b)]
+        return []
+
+    def post_fwd(self, n: Number) -> list[Op]:
+        """Dense work after the aggregation."""
+        b = self.bytes_per_element
+        if self.kind == "gcn":  # (agg + h) * deg^-1/2 + bias
+            return [Op("elementwise", 7.0 * n * self.out_dim * b, calls=3)]
+        if self.kind == "sage":  # lin_l(agg) + lin_r(x)
+            return [
+                Op("gemm", 2.0 * 2.0 * n * self.in_dim * self.out_dim, calls=2),
+                Op("elementwise", 3.0 * n * self.out_dim * b),
+            ]
+        return [Op("elementwise", 2.0 * n * self.out_dim * b)]  # gat: + bias
+
+    def tail_fwd(self, n: Number) -> tuple[list[Op], list[Op], list[Op]]:
+        """Hidden-layer tail, split at BatchNorm's two all-reduces: (sum, centred squares, rest).
+
+        Bytes per element: BN sums in fp64 (``b + 8``), centred squares (``b + 56``), normalise and affine
+        (``6b + 48``); ReLU ``2b``; the dropout hash ~ 12 int64 passes (``200``) and the masking ``6b + 50``.
+        """
+        b, f = self.bytes_per_element, self.out_dim
+        if not self.hidden:
+            return [], [], []
+        stats: list[Op] = []
+        var: list[Op] = []
+        rest: list[Op] = []
+        if self.batchnorm:
+            stats = [Op("elementwise", (b + FP64) * n * f)]
+            var = [Op("elementwise", (b + 7 * FP64) * n * f, calls=4)]
+            rest = [Op("elementwise", (6 * b + 6 * FP64) * n * f, calls=6)]
+        rest.append(Op("elementwise", 2.0 * b * n * f))
+        if self.dropout > 0:
+            rest.append(Op("elementwise", (25 * FP64 + 6 * b + 50) * n * f, calls=20))
+        return stats, var, rest
+
+    # --------------------------------------------------------------------------------- backward
+    def tail_bwd(self, n: Number) -> tuple[list[Op], list[Op]]:
+        """Tail backward split at BatchNorm's all-reduce: (dropout, ReLU, BN sums), (BN input gradient)."""
+        b, f = self.bytes_per_element, self.out_dim
+        if not self.hidden:
+            return [], []
+        first = [Op("elementwise", 3.0 * b * n * f, backward=True)]
+        if self.dropout > 0:
+            first.append(Op("elementwise", 5.0 * b * n * f, calls=2, backward=True))
+        second: list[Op] = []
+        if self.batchnorm:
+            first.append(Op("elementwise", (5 * b + 2 * FP64) * n * f, calls=3, backward=True))
+            second = [Op("elementwise", 11.0 * b * n * f, calls=4, backward=True)]
+        return first, second
+
+    def post_bwd(self, n: Number) -> list[Op]:
+        """Backward of ``post``: gradient w.r.t. the aggregation output and the dense parameters."""
+        b = self.bytes_per_element
+        if self.kind == "gcn":
+            return [Op("elementwise", 3.0 * n * self.out_dim * b, calls=2, backward=True)]
+        if self.kind == "sage":
+            # dW_l, dW_r always; d(agg) = g W_l^T when the aggregation records; dx = g W_r^T when needed
+            gemms = 2 + int(self.records) + int(self.needs_input_grad)
+            return [
+                Op("gemm", gemms * 2.0 * n * self.in_dim * self.out_dim, calls=gemms),
+                Op("elementwise", 1.0 * n * self.out_dim * b),
+            ]
+        return [Op("elementwise", 1.0 * n * self.out_dim * b, backward=True)]
+
+    def agg_bwd_setup(self, n: Number) -> list[Op]:
+        """Start of the aggregation backward: zeroed source gradient, mean scaling, GAT's ``delta``."""
+        b, w = self.bytes_per_element, self.width
+        ops = [Op("elementwise", 1.0 * n * w * b)]
+        if self.kind == "sage" and self.case == 1:
+            ops.append(Op("elementwise", 2.0 * n * w * b))
+        if self.kind == "gat":
+            ops.append(Op("elementwise", 3.0 * n * self.agg_width * b))
+        return ops
+
+    def shard_bwd(self, edges: Number, n: Number, num_src: Number, recompute: bool) -> list[Op]:
+        """Backward of one shard: ``A_q^T g`` (case 1, output ``num_src`` rows), else the VJP.
+
+        ``recompute``: price a forward of the shard first (``sar``'s GAT rematerialisation).
+        """
+        if self.case == 1:
+            return [Op("spmm", edges * self.width, rows=num_src * self.width, backward=True)]
+        fwd = self.shard_fwd(edges, n)
+        bwd = [Op(o.family, o.work, o.calls, True, o.rows + num_src * self.width) for o in fwd]
+        return (fwd + bwd) if recompute else bwd
+
+    def pre_bwd(self, n: Number) -> list[Op]:
+        """Backward of ``pre``: weight gradient, and the input gradient when needed."""
+        b = self.bytes_per_element
+        grads = 2 if self.needs_input_grad else 1
+        if self.kind == "gcn":
+            return [
+                Op("elementwise", 5.0 * n * self.out_dim * b, calls=2, backward=True),
+                Op("gemm", grads * 2.0 * n * self.in_dim * self.out_dim, calls=grads),
+            ]
+        if self.kind == "sage":
+            ops = []
+            if self.aggr == "pool":
+                ops = [
+                    Op("elementwise", 3.0 * n * self.in_dim * b, backward=True),
+                    Op("gemm", grads * 2.0 * n * self.in_dim * self.in_dim, calls=grads),
+                ]
+            if self.needs_input_grad:  # the two contributions to dx
+                ops.append(Op("elementwise", 3.0 * n * self.in_dim * b))
+            return ops
+        hc = self.heads * self.channels
+        return [
+            Op("elementwise", 6.0 * n * hc * b, calls=4, backward=True),
+            Op("gemm", grads * 2.0 * n * self.in_dim * hc, calls=grads),
+        ]
+
+    def accumulate_grad(self, rows: Number) -> list[Op]:
+        """Adding received halo-row gradients into the local gradient (index_add over ``rows`` rows)."""
+        return [Op("elementwise", 3.0 * rows * self.width * self.bytes_per_element)]
+
+    def gather_rows(self, rows: Number) -> list[Op]:
+        """Gathering the ``rows`` rows a peer needs into a contiguous send buffer (index_select)."""
+        return [Op("elementwise", 2.0 * rows * self.width * self.bytes_per_element)]
+
+    def copy_rows(self, rows: Number) -> list[Op]:
+        """Copying ``rows`` rows (``oneshot``: own rows into the extended matrix, gradient clone)."""
+        return [Op("elementwise", 2.0 * rows * self.width * self.bytes_per_element)]
+
+    # ----------------------------------------------------------------------------------- memory
+    def memory(self, n: int) -> LayerMemory:
+        """Bytes this layer allocates on a worker with ``n`` rows (see :class:`LayerMemory`)."""
+        b, fi, fo, w = self.bytes_per_element, self.in_dim, self.out_dim, self.width
+        aw = self.agg_width
+        pre_peak = exchange = pre_saved = 0
+        exchange_kept = False
+        if self.kind == "gcn":
+            pre_peak, exchange = n * fo * b, n * fo * b  # h, then h * deg^-1/2
+            agg_state, new_out, post_peak = n * fo * b, False, 2 * n * fo * b
+        elif self.kind == "sage":
+            if self.aggr == "pool":
+                pre_peak, exchange, exchange_kept = n * fi * b, n * fi * b, True
+            agg_state = (2 if self.case == 2 else 1) * n * fi * b  # max keeps (best, count)
+            new_out, post_peak = True, 2 * n * fo * b
+        else:
+            hc = self.heads * self.channels
+            # rows = [z, s_src] (exchanged); z (saved by the score product) and dst_x = [rows, s_dst]
+            exchange, pre_saved = n * w * b, n * (2 * hc + 2 * self.heads) * b
+            exchange_kept = True  # the attention's input is needed by the backward in every mode
+            agg_state, new_out, post_peak = n * (hc + 2 * self.heads) * b, True, n * hc * b
+        f = fo
+        hidden = self.hidden
+        bn = hidden and self.batchnorm
+        drop = hidden and self.dropout > 0
+        return LayerMemory(
+            pre_peak=pre_peak,
+            exchange=exchange,
+            exchange_kept=exchange_kept,
+            pre_saved=pre_saved,
+            agg_state=agg_state,
+            agg_out=n * aw * b,
+            new_out=new_out,
+            agg_out_kept=self.kind == "sage",
+            post_peak=post_peak,
+            conv_out=n * fo * b,
+            bn_peak=2 * n * f * FP64 if bn else 0,
+            bn_saved=n * f * b if bn else 0,
+            relu_saved=n * f * b if hidden else 0,
+            dropout_peak=3 * n * f * FP64 if drop else 0,
+            dropout_saved=n * f * b if drop else 0,
+            next_input=n * f * b if drop else 0,
+            grad_peak=3 * n * max(fi, fo, w) * b,
+            agg_bwd_hold=(
+                n * (aw + 2 * self.heads) * b
+                if self.kind == "gat"
+                else n * w * b
+                if self.kind == "sage" and self.case == 1
+                else 0
+            ),
+        )
+
+    def shard_transient_bytes(self, edges: Number, n: Number) -> Number:
+        """Temporaries of one shard's forward aggregation (freed when the shard is done).
+
+        Sum: ``addmm`` writes a new ``n x w`` state. Max: at most two ``E x w`` float tensors and the tie
+        mask (1 byte) live at once (messages, the shard max gathered back per edge or the mask's cast),
+        plus four ``n x w`` tensors (shard max, ties, new best, new count). Unfused GAT: ``E x H``
+        scores/weights and two ``E x H x C`` message tensors.
+        """
+        b, w = self.bytes_per_element, self.agg_width_in
+        if self.kind == "gat":
+            hc = self.heads * self.channels
+            return 0 * edges if self.fused else edges * (5 * self.heads + 2 * hc) * b
+        if self.case == 1:
+            return n * w * b + 0 * edges
+        return edges * w * (2 * b + 1) + 4 * n * w * b
+
+    def shard_bwd_transient_bytes(self, edges: Number, n: Number, num_src: Number) -> Number:
+        """Temporaries of one shard's backward (case 2: the VJP's per-edge tensors and their gradients).
+
+        Max: the rebuilt messages, the weights autograd saves, and at a time two more ``E x w`` floats and
+        two masks (the gathered best/count, the hit mask, then the gradient gather and product), plus two
+        ``n x w`` tensors.
+        """
+        b, w = self.bytes_per_element, self.agg_width_in
+        if self.case == 1:
+            return 0 * edges  # the A_q^T g output is the gradient buffer itself, booked separately
+        if self.kind == "gat":  # each VJP also zeroes a gradient of the destination inputs
+            hc = self.heads * self.channels
+            dst_grad = n * (hc + 2 * self.heads) * b
+            if self.fused:
+                return 0 * edges + num_src * (hc + self.heads) * b + dst_grad
+            return edges * (6 * self.heads + 3 * hc) * b + dst_grad
+        return edges * w * (4 * b + 2) + 2 * n * w * b
+
+    def shard_kept_bytes(self, edges: Number, n: Number) -> Number:
+        """What autograd keeps for one shard until backward (:meth:`keeps_edge_tensors`): the LeakyReLU input
+        and the exponentiated logits (``E x H``), the gathered source features (``E x H x C``) and the
+        shard's rescaling factors over the ``n`` destination rows (``n x H``)."""
+        b = self.bytes_per_element
+        hc = self.heads * self.channels
+        return edges * (2 * self.heads + hc) * b + n * self.heads * b
+
+    def kernel_cache_bytes(self, edges: Number, num_src: Number) -> Number:
+        """Fused GAT: the CSC transpose of a shard its backward kernel builds once and caches (int64)."""
+        if self.kind != "gat" or not self.fused:
+            return 0 * edges
+        return edges * 8 + (num_src + 1) * 8
+
+    def csr_cache_bytes(self, edges: Number, num_src: Number) -> Number:
+        """Cached CSR matrix and transpose of a linear aggregation over one shard (built in epoch 0, kept).
+
+        Forward matrix values (``b`` per edge, index arrays shared); transpose: column pointers,
+        destinations in source order and the permutation (int64), values.
+        """
+        if self.case != 1:
+            return 0 * edges
+        return edges * (2 * self.bytes_per_element + 16) + (num_src + 1) * 8
+
+
+def layer_plans(spec: ModelSpec, feature_dim: int, num_classes: int) -> list[LayerPlan]:
+    """The conv layers of ``spec`` on a graph with ``feature_dim`` inputs and ``num_classes`` classes.
+
+    Widths ``[F, hidden, ..., hidden, classes]``. GAT hidden layers have ``heads`` heads of
+    ``hidden // heads`` channels (concatenated), the output layer one head of ``classes`` channels.
+    """
+    plans = []
+    in_dim = feature_dim
+    b = spec.bytes_per_element
+    for i in range(spec.layers):
+        last = i == spec.layers - 1
+        out_dim = num_classes if last else spec.hidden
+        heads, channels = 1, 0
+        if spec.model == "gat":
+            heads = 1 if last else spec.heads
+            channels = out_dim // heads
+            width = heads * channels + heads  # [z, s_src]
+            case = 2
+            params = in_dim * heads * channels + 3 * heads * channels
+        elif spec.model == "sage":
+            width = in_dim
+            case = 1 if spec.aggr == "mean" else 2
+            params = 2 * in_dim * out_dim + out_dim + (in_dim * in_dim + in_dim if spec.aggr == "pool" else 0)
+        else:
+            width = out_dim
+            case = 1
+            params = in_dim * out_dim + out_dim
+        if not last and spec.batchnorm:
+            params += 2 * out_dim
+        raw_input_aggregation = spec.model == "sage" and spec.aggr != "pool"
+        plans.append(
+            LayerPlan(
+                index=i,
+                kind=spec.model,
+                in_dim=in_dim,
+                out_dim=out_dim,
+                width=width,
+                case=case,
+                records=not (i == 0 and raw_input_aggregation),
+                needs_input_grad=i > 0,
+                hidden=not last,
+                heads=heads,
+                channels=channels,
+                aggr=spec.aggr,
+                fused=spec.fused,
+                batchnorm=spec.batchnorm,
+                dropout=0.0 if last else spec.dropout,
+                bytes_per_element=b,
+                params=params,
+            )
+        )
+        in_dim = out_dim
+    return plans
+
+
+def loss_fwd(n_train: Number, num_classes: int, b: int) -> list[Op]:
+    """Gather of the training rows' logits, log_softmax and NLL over ``n_train`` rows."""
+    return [Op("elementwise", 6.0 * n_train * num_classes * b, calls=4)]
+
+
+def loss_bwd(n: Number, n_train: Number, num_classes: int, b: int) -> list[Op]:
+    """Gradient of the loss w.r.t. all ``n`` rows of logits (zeros, then the training rows)."""
+    return [Op("elementwise", (1.0 * n + 6.0 * n_train) * num_classes * b, calls=3, backward=True)]
+
+
+def flatten_grads(params: int, b: int) -> list[Op]:
+    """Concatenating the parameter gradients into one buffer for the all-reduce."""
+    return [Op("elementwise", 2.0 * params * b)]
+
+
+def optimizer_step(params: int, b: int) -> list[Op]:
+    """torch's Adam (foreach): ~20 passes over the parameters (moments, bias correction, update)."""
+    return [Op("elementwise", 20.0 * params * b, calls=12)]

@@ -1,0 +1,47 @@
+"""Every notebook in notebooks/ runs headless, top to bottom, without a cell error."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOTEBOOK_DIR = os.path.join(ROOT, "notebooks")
+NOTEBOOKS = ("quickstart.ipynb", "memory_profiling.ipynb", "what_if.ipynb")
+CELL_TIMEOUT_S = 300
+
+
+def test_every_notebook_is_listed():
+    found = sorted(f for f in os.listdir(NOTEBOOK_DIR) if f.endswith(".ipynb"))
+    assert found == sorted(NOTEBOOKS), "add new notebooks to NOTEBOOKS (and to notebooks/README.md)"
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_runs(name, tmp_path):
+    """Execute a copy in a temporary directory, so nothing (outputs, stray files) lands in the repo."""
+    copy = tmp_path / name
+    shutil.copy(os.path.join(NOTEBOOK_DIR, name), copy)
+    nb = nbformat.read(str(copy), as_version=4)
+    # kernel "python3" is ipykernel's own spec; jupyter_client runs it with this interpreter (the venv's)
+    client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    try:
+        client.execute()
+    except nbclient.exceptions.CellExecutionError as err:
+        pytest.fail(f"{name}: a cell raised\n{err}", pytrace=False)
+    except nbclient.exceptions.CellTimeoutError as err:
+        pytest.fail(f"{name}: a cell ran longer than {CELL_TIMEOUT_S}s\n{err}", pytrace=False)
+    errors = [out for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])
+              if out.get("output_type") == "error"]
+    assert not errors, f"{name}: error outputs {errors}"
+    images = sum(1 for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])
+                 if "image/png" in out.get("data", {}))
+    assert images >= 1, f"{name}: no figure was displayed"
+    leftovers = sorted(p.name for p in tmp_path.iterdir() if p.name != name)
+    assert not leftovers, f"{name} left files in its working directory: {leftovers}"
