@@ -5,7 +5,6 @@ import argparse
 import hashlib
 import json
 import os
-import platform
 import sys
 import time
 
@@ -15,17 +14,6 @@ FULL = {"nodes": 500_000, "degree": 30, "features": 128, "classes": 16, "hidden"
         "workers": "1,2,4,8", "epochs": 3}
 QUICK = {"nodes": 4000, "degree": 10, "features": 16, "classes": 4, "hidden": 32, "layers": 2,
          "workers": "1,2", "epochs": 2}
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown cpu"
 
 
 def summarize(records: pd.DataFrame, warmup: int = 1) -> pd.DataFrame:
@@ -175,7 +163,9 @@ def run(a, cfg: dict) -> int:
     summary.to_csv(os.path.join(a.out, f"{a.prefix}_summary.csv"), index=False)
     rat = ratios(summary)
     rat.to_csv(os.path.join(a.out, f"{a.prefix}_ratios.csv"), index=False)
-    title = (f"measured on {_cpu_name()} ({os.cpu_count()} cores), {time.strftime('%Y-%m-%d')}: {spec}, "
+    from simulator.calibrate import cpu_model
+
+    title = (f"measured on {cpu_model()} ({os.cpu_count()} cores), {time.strftime('%Y-%m-%d')}: {spec}, "
              f"{cfg['layers']} layers, hidden {cfg['hidden']}, gloo on loopback")
     plot(summary, os.path.join(a.out, f"{a.prefix}.png"), title)
     print(summary.to_string(index=False))
