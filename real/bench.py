@@ -37,20 +37,47 @@ def summarize(records: pd.DataFrame, warmup: int = 1) -> pd.DataFrame:
 
 
 def ratios(summary: pd.DataFrame) -> pd.DataFrame:
-    """Side-by-side ratios per (model, workers): oneshot/sar memory, sar/oneshot time, sa/sar memory."""
+    """Side-by-side ratios per (model, workers): memory of oneshot and sa over sar (and oneshot over sar+fused),
+    and the inverse ratios of epoch time."""
     rows = []
     for (label, model, n), d in summary.groupby(["label", "model", "workers"]):
         by = d.set_index("mode")
         if "sar" not in by.index:
             continue
         row = {"label": label, "model": model, "workers": n}
-        for other in ("oneshot", "sa"):
-            if other in by.index:
-                row[f"{other}_over_sar_mem"] = (by.loc[other, "peak_mem_above_baseline_bytes"]
-                                                / by.loc["sar", "peak_mem_above_baseline_bytes"])
-                row[f"sar_over_{other}_time"] = by.loc["sar", "epoch_time_s"] / by.loc[other, "epoch_time_s"]
+        pairs = [("oneshot", "sar"), ("sa", "sar"), ("oneshot", "sar+fused")]
+        for other, base in pairs:
+            if other in by.index and base in by.index:
+                row[f"{other}_over_{base}_mem"] = (by.loc[other, "peak_mem_above_baseline_bytes"]
+                                                   / by.loc[base, "peak_mem_above_baseline_bytes"])
+                row[f"{base}_over_{other}_time"] = by.loc[base, "epoch_time_s"] / by.loc[other, "epoch_time_s"]
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def write_markdown(summary: pd.DataFrame, rat: pd.DataFrame, path: str, title: str, command: str) -> None:
+    """The summary and ratio tables as Markdown, with how they were produced."""
+    s = summary.copy()
+    s["epoch_s"] = s.epoch_time_s.round(2)
+    s["comm_wait_s"] = s.comm_wait_s.round(2)
+    s["peak_MiB_above_baseline"] = (s.peak_mem_above_baseline_bytes / 2**20).round(1)
+    s["MiB_sent_per_epoch"] = (s.bytes_sent_per_epoch / 2**20).round(1)
+    cols = ["label", "mode", "workers", "epoch_s", "comm_wait_s", "peak_MiB_above_baseline", "MiB_sent_per_epoch"]
+    lines = [f"# {title}", "", f"Command: `{command}`", "",
+             "Epoch time: median over epochs after the first of the slowest rank; peak: max over ranks and those "
+             "epochs of VmHWM minus the post-setup RSS.", "",
+             _md_table(s[cols].sort_values(["label", "workers", "mode"]))]
+    if len(rat):
+        lines += ["", "Ratios measured side by side in this run:", "", _md_table(rat.round(3))]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def _md_table(df: pd.DataFrame) -> str:
+    head = "| " + " | ".join(str(c) for c in df.columns) + " |"
+    rule = "|" + "---|" * len(df.columns)
+    rows = ["| " + " | ".join(str(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join([head, rule, *rows])
 
 
 def plot(summary: pd.DataFrame, path: str, title: str) -> None:
@@ -98,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=600.0, help="per-wait timeout of workers (s)")
     p.add_argument("--json", help="write the summary rows here")
     a = p.parse_args(argv)
+    a.argv = list(sys.argv[3:] if argv is None else argv)
     base = QUICK if a.quick else FULL
     cfg = {k: getattr(a, k) if getattr(a, k) is not None else v for k, v in base.items()}
     return run(a, cfg)
@@ -168,6 +196,8 @@ def run(a, cfg: dict) -> int:
     title = (f"measured on {cpu_model()} ({os.cpu_count()} cores), {time.strftime('%Y-%m-%d')}: {spec}, "
              f"{cfg['layers']} layers, hidden {cfg['hidden']}, gloo on loopback")
     plot(summary, os.path.join(a.out, f"{a.prefix}.png"), title)
+    write_markdown(summary, rat, os.path.join(a.out, f"{a.prefix}.md"), title,
+                   "sarlab bench engine " + " ".join(a.argv))
     print(summary.to_string(index=False))
     print(rat.to_string(index=False))
     if a.json:
