@@ -88,11 +88,13 @@ def plot(summary: pd.DataFrame, path: str, title: str) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     styles = {"sar": "o-", "sa": "s--", "oneshot": "^:", "sar+fused": "D-"}
+    colors = {label: f"C{i}" for i, label in enumerate(sorted(summary.label.unique()))}
+    shades = {"sar": 1.0, "sar+fused": 0.75, "sa": 0.55, "oneshot": 0.4}
     for (label, mode), d in summary.groupby(["label", "mode"]):
         d = d.sort_values("workers")
-        style = styles.get(mode, "x-")
-        axes[0].plot(d.workers, d.peak_mem_above_baseline_bytes / 2**20, style, label=f"{label} {mode}")
-        axes[1].plot(d.workers, d.epoch_time_s, style, label=f"{label} {mode}")
+        kw = dict(color=colors[label], alpha=shades.get(mode, 1.0), label=f"{label} {mode}")
+        axes[0].plot(d.workers, d.peak_mem_above_baseline_bytes / 2**20, styles.get(mode, "x-"), **kw)
+        axes[1].plot(d.workers, d.epoch_time_s, styles.get(mode, "x-"), **kw)
     for ax, ylabel in zip(axes, ["peak memory per worker above baseline (MiB)", "epoch time (s)"]):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
@@ -100,7 +102,9 @@ def plot(summary: pd.DataFrame, path: str, title: str) -> None:
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
     axes[0].legend(fontsize=7)
-    fig.suptitle(title, fontsize=9)
+    import textwrap
+
+    fig.suptitle("\n".join(textwrap.wrap(title, 150)), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
