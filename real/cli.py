@@ -1,4 +1,4 @@
-"""The ``sarlab`` command line: partition, train, verify, bench, calibrate, simulate, profile, demo."""
+"""The ``sarlab`` command line: partition, train, verify, bench, calibrate, simulate, reproduce, profile, demo."""
 from __future__ import annotations
 
 import argparse
@@ -255,6 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--json", help="write the metric records here")
 
+    p = sub.add_parser("reproduce", help="regenerate the paper's figures (measured here or simulated, labelled)",
+                       add_help=False)
     p = sub.add_parser("profile", help="memray per rank: flamegraphs, peak summaries, mode comparison",
                        add_help=False)
     p = sub.add_parser("calibrate", help="measure this machine's cost profile for the simulator", add_help=False)
@@ -269,6 +271,10 @@ def main(argv: list[str] | None = None) -> int:
         from .profile import main as profile_main
 
         return profile_main(argv[1:])
+    if argv and argv[0] == "reproduce":
+        from .reproduce import main as reproduce_main
+
+        return reproduce_main(argv[1:])
     if argv and argv[0] in ("calibrate", "simulate"):
         from simulator import cli as sim_cli
 
