@@ -81,3 +81,27 @@ def test_logits_really_are_huge(graph):
     z = conv.lin(torch.from_numpy(g.features)).view(g.num_nodes, 2, 4)
     logits = (z * conv.att_src).sum(-1)[g.src] + (z * conv.att_dst).sum(-1)[g.dst]
     assert float(logits.abs().max()) > 710  # exp(710) overflows even float64 (max ~1.8e308 = e^709.8)
+
+
+def test_unfused_sar_chunks_equal_one_pass(graph, monkeypatch):
+    """The unfused per-shard path processes edges in chunks; the result must not depend on the chunking."""
+    import torch
+
+    import sarlab.nn.gat as gat_module
+    from sarlab.aggregate import ShardAggregate
+    from sarlab.shards import ShardedGraph
+
+    sg = ShardedGraph.single(graph.src, graph.dst, graph.num_nodes, EngineConfig(fused=False))
+    agg = gat_module.AttentionAggregation(4, 3, 0.2, True, False, None)
+    gen = torch.Generator().manual_seed(0)
+    rows = torch.randn(graph.num_nodes, 16, dtype=torch.float64, generator=gen, requires_grad=True)
+    dst = torch.cat([rows, torch.randn(graph.num_nodes, 4, dtype=torch.float64, generator=gen)], 1)
+    weight = torch.randn(graph.num_nodes, 4, 3, dtype=torch.float64, generator=gen)
+    results = []
+    for chunk in (1 << 18, 7):
+        monkeypatch.setattr(gat_module, "UNFUSED_CHUNK_EDGES", chunk)
+        out = ShardAggregate.apply(sg, agg, sg.local_shard, rows, dst)
+        results.append((out.detach(), torch.autograd.grad((out * weight).sum(), rows)[0]))
+    assert len(gat_module._row_chunks(sg.local_shard.rowptr, 7)) > 100
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-13, atol=1e-13)
+    torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-12, atol=1e-13)

@@ -13,6 +13,25 @@ def _leaky(x: torch.Tensor, slope: float) -> torch.Tensor:
     return torch.nn.functional.leaky_relu(x, slope)
 
 
+# The unfused per-shard path (``sar`` without fused kernels) materialises per-edge tensors; it does so for at
+# most this many edges at a time, as SAR does for shards, so its transient memory does not grow with a shard.
+UNFUSED_CHUNK_EDGES = 1 << 18
+
+
+def _row_chunks(rowptr: torch.Tensor, max_edges: int) -> list[tuple[int, int]]:
+    """Destination-row ranges [a, b) holding at most ``max_edges`` in-edges each (or a single row)."""
+    n, total = rowptr.numel() - 1, int(rowptr[-1])
+    if total <= max_edges:
+        return [(0, n)]
+    out, a = [], 0
+    while a < n:
+        b = int(torch.searchsorted(rowptr, rowptr[a] + max_edges, right=True)) - 1
+        b = min(max(b, a + 1), n)
+        out.append((a, b))
+        a = b
+    return out
+
+
 class AttentionAggregation:
     r"""Softmax attention streamed over shards with an online (running-max) softmax.
 
@@ -61,9 +80,15 @@ class AttentionAggregation:
         if torch.is_grad_enabled() and (rows.requires_grad or dst_x.requires_grad):
             return self._accumulate_autograd(state, shard, z_src, s_src, s_dst)
         m, l, acc = (t.contiguous() for t in state)
-        backend = self.backend if self.fused else "torch"
-        return list(kernels.gat_forward_shard(shard.rowptr, shard.src, s_dst, s_src, z_src, self.slope,
-                                              (m, l, acc), backend=backend, inplace=True))
+        if self.fused:
+            return list(kernels.gat_forward_shard(shard.rowptr, shard.src, s_dst, s_src, z_src, self.slope,
+                                                  (m, l, acc), backend=self.backend, inplace=True))
+        s_dst = s_dst.contiguous()
+        for a, b in _row_chunks(shard.rowptr, UNFUSED_CHUNK_EDGES):  # in place into row slices of the state
+            lo, hi = int(shard.rowptr[a]), int(shard.rowptr[b])
+            kernels.gat_forward_shard(shard.rowptr[a:b + 1] - lo, shard.src[lo:hi], s_dst[a:b], s_src, z_src,
+                                      self.slope, (m[a:b], l[a:b], acc[a:b]), backend="torch", inplace=True)
+        return [m, l, acc]
 
     def _accumulate_autograd(self, state, shard, z_src, s_src, s_dst) -> list:
         m_old, l_old, acc_old = state
@@ -97,9 +122,22 @@ class AttentionAggregation:
             transpose = shard.cache.get("csc")
             if transpose is None:
                 transpose = shard.cache["csc"] = kernels.csr_transpose(shard.rowptr, shard.src, shard.num_src)
-        g_s_dst, g_s_src, g_z = kernels.gat_backward_shard(
-            shard.rowptr, shard.src, s_dst.contiguous(), s_src.contiguous(), z_src.contiguous(), self.slope, m, l,
-            grad_out.contiguous(), delta, backend=backend, transpose=transpose)
+        s_dst, s_src, z_src, grad_out = (t.contiguous() for t in (s_dst, s_src, z_src, grad_out))
+        if self.fused:
+            g_s_dst, g_s_src, g_z = kernels.gat_backward_shard(
+                shard.rowptr, shard.src, s_dst, s_src, z_src, self.slope, m, l, grad_out, delta, backend=backend,
+                transpose=transpose)
+        else:
+            g_s_dst = torch.empty_like(s_dst)
+            g_s_src, g_z = torch.zeros_like(s_src), torch.zeros_like(z_src)
+            for a, b in _row_chunks(shard.rowptr, UNFUSED_CHUNK_EDGES):
+                lo, hi = int(shard.rowptr[a]), int(shard.rowptr[b])
+                part = kernels.gat_backward_shard(
+                    shard.rowptr[a:b + 1] - lo, shard.src[lo:hi], s_dst[a:b], s_src, z_src, self.slope, m[a:b],
+                    l[a:b], grad_out[a:b], delta[a:b], backend="torch")
+                g_s_dst[a:b] = part[0]
+                g_s_src += part[1]
+                g_z += part[2]
         g_dst[:, -self.heads:] = g_s_dst
         return torch.cat([g_z.reshape(g_z.shape[0], -1), g_s_src], 1), g_dst, ()
 
