@@ -98,7 +98,7 @@ def test_unfused_sar_chunks_equal_one_pass(graph, monkeypatch):
     dst = torch.cat([rows, torch.randn(graph.num_nodes, 4, dtype=torch.float64, generator=gen)], 1)
     weight = torch.randn(graph.num_nodes, 4, 3, dtype=torch.float64, generator=gen)
     results = []
-    for chunk in (1 << 18, 7):
+    for chunk in (1 << 20, 7):
         monkeypatch.setattr(gat_module, "UNFUSED_CHUNK_EDGES", chunk)
         out = ShardAggregate.apply(sg, agg, sg.local_shard, rows, dst)
         results.append((out.detach(), torch.autograd.grad((out * weight).sum(), rows)[0]))

@@ -15,7 +15,7 @@ def _leaky(x: torch.Tensor, slope: float) -> torch.Tensor:
 
 # The unfused per-shard path (``sar`` without fused kernels) materialises per-edge tensors; it does so for at
 # most this many edges at a time, as SAR does for shards, so its transient memory does not grow with a shard.
-UNFUSED_CHUNK_EDGES = 1 << 18
+UNFUSED_CHUNK_EDGES = 1 << 15
 
 
 def _row_chunks(rowptr: torch.Tensor, max_edges: int) -> list[tuple[int, int]]:
