@@ -8,7 +8,9 @@ non-negative least squares to
 
 (``w`` the family's work, ``v`` its dense-output row*feature work); the backward ratio is the median
 of backward over forward time on the same shapes; the parallel efficiency comes from the largest shape
-timed with one thread and with all cores, :math:`\\eta = (t_1 / t_C - 1) / (C - 1)`. The network is
+timed with one thread and with all cores, :math:`\\eta = (t_1 / t_C - 1) / (C - 1)`; the efficiency of
+co-located single-thread processes (``share_eff``) comes from running a representative op of each family in
+one and in ``C`` concurrent processes (:mod:`simulator.sharebench`). The network is
 two local gloo processes: ping-pong of several sizes fitted to :math:`\\alpha + b / B`, and a stream of
 back-to-back small messages giving the per-message channel time ``g`` (so ``L = alpha - g``).
 """
@@ -27,7 +29,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +127,7 @@ def bench_gemm(cal: Calibration, cores: int) -> OpCost:
             (10000, 128, 128),
             (5000, 256, 256),
             (20000, 100, 256),
+            (50000, 256, 256),
             (1000, 32, 32),
             (200, 16, 16),
         ]
@@ -162,16 +165,49 @@ def _sparse_shapes(cal: Calibration, scale: float = 1.0) -> list[tuple[int, int,
     the row counts for slow families."""
     if cal.quick:
         shapes = [(4000, 2, 32), (4000, 16, 32), (12000, 4, 16), (2000, 32, 64)]
-    else:
+    else:  # source matrices of 2-8 MB (cache-resident); :func:`bench_spmm` adds a sweep past the cache
         shapes = [
-            (20000, 2, 32),
-            (20000, 10, 32),
-            (20000, 40, 32),
-            (60000, 4, 16),
-            (10000, 16, 128),
-            (5000, 64, 64),
+            (20000, 2, 64),
+            (20000, 10, 64),
+            (20000, 40, 64),
+            (60000, 4, 32),
+            (8000, 16, 256),
+            (16000, 64, 64),
         ]
     return [(max(64, int(n * scale)), d, f) for n, d, f in shapes] + [(64, 2, 8)]
+
+
+def _cache_sweep(cal: Calibration) -> list[tuple[int, int, int]]:
+    """Shapes whose gathered matrix grows from 16 MB to 1 GB (256 features, degree 8)."""
+    if cal.quick:
+        return []
+    return [(16000, 8, 256), (64000, 8, 256), (256000, 8, 256), (1000000, 8, 256)]
+
+
+def fit_cache(work: list[float], edge_s: list[float], gathered: list[float], rate: float) -> tuple[float, float]:
+    """Last-level cache ``L`` and out-of-cache rate ``r_mem`` from the edge time of shapes of growing size.
+
+    Each shape's edge work ``w`` (its time less the overhead and row terms) is modelled as
+    :math:`w (h / r + (1 - h) / r_{mem})` with :math:`h = \\min(1, L / G)` for a gathered matrix of ``G``
+    bytes; ``L`` is searched on a geometric grid (1 MB - 4 GB), ``1/r_mem`` fitted by least squares in
+    relative error for each. Returns ``(L, r_mem)``; ``(0, rate)`` when nothing runs slower than ``r``.
+    """
+    w, t, g = np.asarray(work, float), np.asarray(edge_s, float), np.asarray(gathered, float)
+    best = (np.inf, 0.0, rate)
+    for llc in np.geomspace(1e6, 4e9, 97):
+        miss = 1.0 - np.minimum(1.0, llc / g)
+        if not np.any(miss > 0):
+            continue
+        # t / w - 1/r = miss * (1/r_mem - 1/r), relative weights 1 / t
+        a, y, wt = miss * w, t - w / rate, 1.0 / t
+        excess = float(np.sum(wt**2 * a * y) / max(np.sum(wt**2 * a * a), 1e-30))
+        inv_mem = max(1.0 / rate + excess, 1.0 / rate)
+        pred = w * ((1.0 - miss) / rate + miss * inv_mem)
+        err = float(np.sum(((pred - t) / t) ** 2))
+        if err < best[0]:
+            best = (err, float(llc), 1.0 / inv_mem)
+    _, llc, mem_rate = best
+    return (llc, mem_rate) if mem_rate < rate * 0.99 else (0.0, rate)
 
 
 def _fit_sparse(
@@ -204,9 +240,25 @@ def bench_spmm(cal: Calibration, cores: int, gen: torch.Generator) -> OpCost:
                 last = (tf, (a, x, state))
         a, x, state = last[1]
         eff = _parallel_eff(cal, cores, lambda: torch.sparse.addmm(state, a, x))
-    rate, overhead, row_rate, ratio = _fit_sparse(rows, fwd, bwd, 1e9)
-    cal.raw["spmm"] = {"shapes": _sparse_shapes(cal), "fwd": fwd, "bwd": bwd}
-    return OpCost(rate=rate, overhead_s=overhead, bwd_ratio=ratio, parallel_eff=eff, row_rate=row_rate)
+        rate, overhead, row_rate, ratio = _fit_sparse(rows, fwd, bwd, 1e9)
+        # past the cache: the same product on growing matrices; what the in-cache fit leaves unexplained
+        # is the cost of gathering rows from memory
+        work, edge_s, gathered = [], [], []
+        for n, deg, f in _cache_sweep(cal):
+            rowptr, col = random_csr(n, n, deg, gen)
+            big = torch.sparse_csr_tensor(rowptr, col, torch.ones(col.numel()), size=(n, n))
+            src, acc = torch.randn(n, f), torch.zeros(n, f)
+            t = time_call(lambda m=big, x=src, s=acc: torch.sparse.addmm(s, m, x), 2)
+            work.append(float(n * deg * f))
+            edge_s.append(max(t - overhead - (n * f / row_rate if row_rate else 0.0), 1e-9))
+            gathered.append(float(n * f * 4))
+            del big, src, acc
+    llc, mem_rate = fit_cache(work, edge_s, gathered, rate) if work else (0.0, rate)
+    cal.raw["spmm"] = {"shapes": _sparse_shapes(cal), "fwd": fwd, "bwd": bwd,
+                       "cache_sweep": {"shapes": _cache_sweep(cal), "edge_s": edge_s, "gathered_bytes": gathered}}
+    cal.raw["llc_bytes"] = llc
+    return OpCost(rate=rate, overhead_s=overhead, bwd_ratio=ratio, parallel_eff=eff, row_rate=row_rate,
+                  mem_rate=mem_rate if llc > 0 else None)
 
 
 def _max_forward(
@@ -267,27 +319,12 @@ def bench_max(cal: Calibration, cores: int, gen: torch.Generator) -> OpCost:
     return OpCost(rate=rate, overhead_s=overhead, bwd_ratio=ratio, parallel_eff=eff, row_rate=row_rate)
 
 
-def _gat_unfused(
-    rowptr: torch.Tensor, col: torch.Tensor, s_dst: torch.Tensor, s_src: torch.Tensor, z: torch.Tensor
-) -> torch.Tensor:
-    """Edge-wise GAT attention: scores, shifted exp, normaliser, weighted scatter of ``z[col]``."""
-    n = rowptr.numel() - 1
-    row = torch.repeat_interleave(torch.arange(n), rowptr[1:] - rowptr[:-1])
-    e = torch.nn.functional.leaky_relu(s_dst[row] + s_src[col], 0.2)
-    with torch.no_grad():
-        shift = torch.full_like(s_dst, -torch.inf).scatter_reduce(0, row[:, None].expand_as(e), e, "amax")
-    w = torch.exp(e - shift[row])
-    denom = torch.zeros_like(s_dst).index_add(0, row, w)
-    alpha = w / denom[row]
-    return torch.zeros(n, z.shape[1], z.shape[2]).index_add(0, row, alpha[..., None] * z[col])
-
-
 def _gat_shapes(cal: Calibration) -> list[tuple[int, int, int, int]]:
     """(nodes, degree, heads, channels)."""
     tiny = [(64, 2, 1, 8)]  # pins the per-call overhead
     if cal.quick:
         return [(2000, 4, 2, 16), (2000, 16, 2, 16), (6000, 4, 1, 16)] + tiny
-    shapes = [(10000, 4, 4, 16), (10000, 16, 4, 16), (20000, 8, 1, 32), (5000, 32, 2, 32), (20000, 2, 4, 8)]
+    shapes = [(20000, 4, 4, 32), (20000, 16, 4, 32), (40000, 8, 1, 32), (10000, 32, 2, 32), (40000, 2, 4, 16)]
     return shapes + tiny
 
 
@@ -299,28 +336,79 @@ def _gat_inputs(n: int, deg: int, heads: int, ch: int, gen: torch.Generator, gra
     return rowptr, col, s_dst, s_src, z
 
 
-def bench_gat_unfused(cal: Calibration, cores: int, gen: torch.Generator) -> OpCost:
-    """Unfused GAT attention over one shard (edge-wise torch ops) and its autograd backward."""
+def _gat_autograd_shard(
+    dst: torch.Tensor, col: torch.Tensor, s_dst: torch.Tensor, s_src: torch.Tensor, z: torch.Tensor
+) -> torch.Tensor:
+    """One shard of unfused GAT under autograd, as the engine's ``_accumulate_autograd`` runs it (online
+    softmax: running max, rescaled normaliser and numerator), from an empty state."""
+    n, heads, ch = s_dst.shape[0], s_dst.shape[1], z.shape[2]
+    m_old = torch.full((n, heads), -torch.inf)
+    l_old, acc_old = torch.zeros(n, heads), torch.zeros(n, heads, ch)
+    e = torch.nn.functional.leaky_relu(s_dst[dst] + s_src[col], 0.2)
+    idx = dst.view(-1, 1).expand_as(e)
+    m_new = torch.maximum(m_old, torch.full_like(m_old, -torch.inf).scatter_reduce(0, idx, e.detach(), "amax"))
+    scale = torch.where(torch.isinf(m_old), torch.zeros_like(m_old), torch.exp(m_old - m_new))
+    p = torch.exp(e - m_new[dst])
+    l_new = l_old * scale + torch.zeros_like(l_old).index_add(0, dst, p)
+    acc = acc_old * scale.unsqueeze(-1) + torch.zeros_like(acc_old).index_add(0, dst, p.unsqueeze(-1) * z[col])
+    return acc / torch.where(l_new > 0, l_new, torch.ones_like(l_new)).unsqueeze(-1)
+
+
+def bench_gat_autograd(cal: Calibration, cores: int, gen: torch.Generator) -> OpCost:
+    """Unfused GAT under torch autograd (``sa``/``oneshot``/one worker): forward with the graph recorded,
+    then ``autograd.grad`` through it."""
     rows, fwd, bwd = [], [], []
     last = None
     for n, deg, heads, ch in _gat_shapes(cal):
         rowptr, col, s_dst, s_src, z = _gat_inputs(n, deg, heads, ch, gen, grad=True)
-        with torch.no_grad():
-            tf = time_call(lambda a=(rowptr, col, s_dst, s_src, z): _gat_unfused(*a), cal.repeats)
+        dst = torch.repeat_interleave(torch.arange(n), deg)
+        args = (dst, col, s_dst, s_src, z)
+        tf = time_call(lambda a=args: _gat_autograd_shard(*a), cal.repeats)
 
-        def backward(a=(rowptr, col, s_dst, s_src, z)) -> None:
-            out = _gat_unfused(*a)
+        def backward(a=args) -> None:
+            out = _gat_autograd_shard(*a)
             torch.autograd.grad(out, a[2:], torch.ones_like(out))
 
         tb = time_call(backward, cal.repeats)
         rows.append([1.0, n * deg * heads * ch, n * heads * ch])
         fwd.append(tf)
-        # backward() ran the forward too (with autograd); what remains is the backward pass itself
-        bwd.append(max(tb - tf, 0.1 * tf))
+        bwd.append(max(tb - tf, 0.1 * tf))  # backward() ran the forward too
         if last is None or tf > last[0]:
-            last = (tf, (rowptr, col, s_dst, s_src, z))
-    with torch.no_grad():
-        eff = _parallel_eff(cal, cores, lambda: _gat_unfused(*last[1]))
+            last = (tf, args)
+    eff = _parallel_eff(cal, cores, lambda: _gat_autograd_shard(*last[1]))
+    rate, overhead, row_rate, ratio = _fit_sparse(rows, fwd, bwd, 5e7)
+    cal.raw["gat_autograd"] = {"shapes": _gat_shapes(cal), "fwd": fwd, "bwd": bwd}
+    return OpCost(rate=rate, overhead_s=overhead, bwd_ratio=ratio, parallel_eff=eff, row_rate=row_rate)
+
+
+def bench_gat_unfused(cal: Calibration, cores: int, gen: torch.Generator) -> OpCost:
+    """Unfused GAT as ``sar`` streams it: the kernels' torch forward (no autograd) and their torch backward,
+    which recomputes the attention of the shard first. Without the kernels package the autograd
+    formulation stands in."""
+    try:
+        import kernels
+
+        fwd_fn, bwd_fn = kernels.gat_forward_shard, kernels.gat_backward_shard
+    except Exception as err:  # noqa: BLE001
+        cal.notes.append(f"gat_unfused: import kernels failed ({type(err).__name__}); timed the autograd form")
+        return bench_gat_autograd(cal, cores, gen)
+    rows, fwd, bwd = [], [], []
+    last = None
+    for n, deg, heads, ch in _gat_shapes(cal):
+        rowptr, col, s_dst, s_src, z = _gat_inputs(n, deg, heads, ch, gen, grad=False)
+        args = (rowptr, col, s_dst, s_src, z, 0.2)
+        tf = time_call(lambda a=args: fwd_fn(*a, backend="torch"), cal.repeats)
+        m, l, acc = fwd_fn(*args, backend="torch")
+        out = acc / torch.where(l > 0, l, torch.ones_like(l))[..., None]
+        g = torch.randn_like(out)
+        state = (m, l, g, (g * out).sum(-1))
+        tb = time_call(lambda a=args, st=state: bwd_fn(*a, *st, backend="torch"), cal.repeats)
+        rows.append([1.0, n * deg * heads * ch, n * heads * ch])
+        fwd.append(tf)
+        bwd.append(tb)
+        if last is None or tf > last[0]:
+            last = (tf, args)
+    eff = _parallel_eff(cal, cores, lambda: fwd_fn(*last[1], backend="torch"))
     rate, overhead, row_rate, ratio = _fit_sparse(rows, fwd, bwd, 5e7)
     cal.raw["gat_unfused"] = {"shapes": _gat_shapes(cal), "fwd": fwd, "bwd": bwd}
     return OpCost(rate=rate, overhead_s=overhead, bwd_ratio=ratio, parallel_eff=eff, row_rate=row_rate)
@@ -374,12 +462,13 @@ def bench_gat_fused(cal: Calibration, cores: int, gen: torch.Generator) -> OpCos
 
 
 def bench_elementwise(cal: Calibration, cores: int) -> OpCost:
-    """``c = a + b`` over several sizes: bytes moved (2 reads + 1 write) per second and per-call overhead."""
-    sizes = (
-        [1_000, 100_000, 1_000_000, 4_000_000]
-        if cal.quick
-        else [100, 10_000, 100_000, 1_000_000, 4_000_000, 16_000_000]
-    )
+    """``c = a + b`` over several sizes: bytes moved (2 reads + 1 write) per second and per-call overhead.
+
+    The rate comes from tensors of 4-128 MB (the simulator prices whole-graph rows), whose outputs are fresh
+    pages under the engine's malloc settings; mid-sized tensors that fit the caches and reuse heap memory
+    run several times faster and would only blur the fit. The tiny size pins the per-call overhead.
+    """
+    sizes = [100, 1_000_000, 4_000_000] if cal.quick else [100, 1_000_000, 4_000_000, 16_000_000, 32_000_000]
     rows, secs = [], []
     for size in sizes:
         a, b = torch.randn(size), torch.randn(size)
@@ -393,14 +482,20 @@ def bench_elementwise(cal: Calibration, cores: int) -> OpCost:
     return OpCost(rate=_rate(coef[1], 5e9), overhead_s=float(coef[0]), bwd_ratio=1.0, parallel_eff=eff)
 
 
-def bench_allocator(cal: Calibration) -> float:
-    """Resident bytes per tensor byte for large tensors (page rounding, allocator headers)."""
-    try:  # the engine's workers lower glibc's mmap threshold; do the same so frees return memory
+def engine_malloc(cal: Calibration) -> None:
+    """glibc settings of the engine's workers (``sarlab.memory.tune_malloc``): blocks over 128 KiB are
+    mapped fresh and returned at once, so every large tensor is new pages whose first-touch faults are part
+    of the time of the op that writes it. The op benchmarks run with them for that reason."""
+    try:
         libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 1 << 17)
-        libc.mallopt(-1, 1 << 17)
+        libc.mallopt(-3, 1 << 17)  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 1 << 17)  # M_TRIM_THRESHOLD
     except OSError:
         cal.notes.append("allocator: glibc mallopt unavailable; measured with default malloc settings")
+
+
+def bench_allocator(cal: Calibration) -> float:
+    """Resident bytes per tensor byte for large tensors (page rounding, allocator headers)."""
 
     def rss() -> int:
         with open("/proc/self/statm") as f:
@@ -422,8 +517,9 @@ def bench_allocator(cal: Calibration) -> float:
     return factor
 
 
-def bench_first_use(cal: Calibration) -> dict[str, float]:
-    """Resident bytes per op family on first use, from a fresh process (:mod:`simulator.memprobe`)."""
+def bench_first_use(cal: Calibration) -> tuple[dict[str, float], dict[str, float]]:
+    """Resident bytes per op family on first use, and the sparse products' temporaries, from a fresh
+    process (:mod:`simulator.memprobe`)."""
     root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     out = subprocess.run(
@@ -436,8 +532,57 @@ def bench_first_use(cal: Calibration) -> dict[str, float]:
         check=True,
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    cal.raw["first_use"] = result
-    return {k: float(v) for k, v in result.items()}
+    cal.raw["first_use"] = result["first_use"]
+    cal.raw["transients"] = result["transients"]
+    return (
+        {k: float(v) for k, v in result["first_use"].items()},
+        {k: float(v) for k, v in result["transients"].items()},
+    )
+
+
+def bench_share(cal: Calibration, cores: int) -> dict[str, float]:
+    r"""``share_eff`` per family: :mod:`simulator.sharebench` alone, then as ``cores`` concurrent processes.
+
+    With per-process rates ``r_1`` (alone) and ``r_C`` (``C`` at once), ``C`` processes together do
+    ``C r_C / r_1`` times the work of one, so :math:`\eta = (C r_C / r_1 - 1) / (C - 1)`.
+    """
+    if cores <= 1:
+        return {}
+    seconds = 0.6 if cal.quick else 1.5
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    env["OMP_NUM_THREADS"] = "1"
+
+    def launch(procs: int) -> list[dict[str, float]]:
+        start_at = time.time() + 8.0  # interpreter start and input set-up happen before the first window
+        cmd = [sys.executable, "-m", "simulator.sharebench", "--start-at", repr(start_at), "--seconds", str(seconds)]
+        if cal.quick:
+            cmd.append("--quick")
+        running = [
+            subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=root)
+            for _ in range(procs)
+        ]
+        outputs = []
+        try:
+            for proc in running:
+                out, err = proc.communicate(timeout=180)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"sharebench exited with {proc.returncode}: {err.strip()[-300:]}")
+                outputs.append(json.loads(out.strip().splitlines()[-1]))
+        finally:
+            for proc in running:
+                if proc.poll() is None:
+                    proc.kill()
+        return outputs
+
+    solo = launch(1)[0]
+    shared = launch(cores)
+    result = {}
+    for name, rate in solo.items():
+        together = statistics.mean(out[name] for out in shared) / rate
+        result[name] = float(np.clip((cores * together - 1.0) / (cores - 1), 0.0, 1.0))
+    cal.raw["share"] = {"solo_calls_per_s": solo, "shared_calls_per_s": shared, "processes": cores}
+    return result
 
 
 # ---------------------------------------------------------------------------------------- network
@@ -447,8 +592,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def bench_network(cal: Calibration) -> tuple[Link, float]:
-    """gloo point-to-point between two local processes (:mod:`simulator.netbench`): (link, post time)."""
+def bench_network(cal: Calibration) -> tuple[Link, float, float]:
+    """gloo point-to-point between two local processes (:mod:`simulator.netbench`): (link, post time, CPU
+    seconds per byte sent or received)."""
     sizes = [4, 4096, 65536, 1 << 20, 4 << 20] if cal.quick else [4, 1024, 16384, 131072, 1 << 20, 4 << 20, 16 << 20]
     repeats = 5 if cal.quick else 15
     stream = 64 if cal.quick else 256
@@ -497,7 +643,8 @@ def bench_network(cal: Calibration) -> tuple[Link, float]:
     bandwidth = 1.0 / coef[1] if coef[1] > 0 else float(sizes[-1] / one_way[-1])
     gap = float(min(result["stream_s"], alpha))
     cal.raw["network"] = {"sizes": sizes, **result}
-    return Link(latency_s=alpha - gap, bandwidth_Bps=bandwidth, gap_s=gap), float(result["call_s"])
+    link = Link(latency_s=alpha - gap, bandwidth_Bps=bandwidth, gap_s=gap)
+    return link, float(result["call_s"]), float(result.get("cpu_s_per_byte", 0.0))
 
 
 # ------------------------------------------------------------------------------------------- main
@@ -520,6 +667,7 @@ def calibrate(cal: Calibration | None = None, name: str = "local") -> Profile:
     cores = cal.threads or usable_cores()
     start = time.perf_counter()
     old_threads = torch.get_num_threads()
+    engine_malloc(cal)
     _set_threads(1)
     gen = torch.Generator().manual_seed(cal.seed)
     ops: dict[str, OpCost] = {}
@@ -529,6 +677,7 @@ def calibrate(cal: Calibration | None = None, name: str = "local") -> Profile:
             ("spmm", lambda: bench_spmm(cal, cores, gen)),
             ("max_aggr", lambda: bench_max(cal, cores, gen)),
             ("gat_unfused", lambda: bench_gat_unfused(cal, cores, gen)),
+            ("gat_autograd", lambda: bench_gat_autograd(cal, cores, gen)),
             ("elementwise", lambda: bench_elementwise(cal, cores)),
         ]
         if cal.fused:
@@ -547,30 +696,49 @@ def calibrate(cal: Calibration | None = None, name: str = "local") -> Profile:
                     f"bwd x{cost.bwd_ratio:.2f}, thread eff {cost.parallel_eff:.2f} "
                     f"({time.perf_counter() - t0:.1f}s)"
                 )
+        if cal.quick or cores <= 1:
+            cal.notes.append("share_eff not measured (quick or one core): co-located processes use parallel_eff")
+        else:
+            log(f"    co-located processes: sharebench alone, then {cores} at once ...")
+            try:
+                shares = bench_share(cal, cores)
+            except (subprocess.SubprocessError, OSError, ValueError, RuntimeError, KeyError) as err:
+                shares = {}
+                cal.notes.append(f"share_eff not measured ({type(err).__name__}: {err})")
+            for family, eta in shares.items():
+                if family in ops:
+                    ops[family] = replace(ops[family], share_eff=eta)
+            log("    share_eff " + ", ".join(f"{k} {v:.2f}" for k, v in shares.items()))
         log(f"[calibrate {len(steps) + 1}/{len(steps) + 2}] allocator and first-use memory ...")
         factor = bench_allocator(cal)
         first_use: dict[str, float] = {}
+        transients: dict[str, float] = {}
         if cal.quick:
             cal.notes.append("first-use memory not measured (--quick); run a full calibration for it")
         else:
             try:
-                first_use = bench_first_use(cal)
-            except (subprocess.SubprocessError, OSError, ValueError, IndexError) as err:
+                first_use, transients = bench_first_use(cal)
+            except (subprocess.SubprocessError, OSError, ValueError, IndexError, KeyError) as err:
                 cal.notes.append(f"first-use memory not measured ({type(err).__name__}: {err})")
+            if not transients:
+                cal.notes.append("sparse-product temporaries not measured (VmHWM cannot be reset here)")
         log(
             f"    resident bytes per tensor byte {factor:.3f}; first use (MiB): "
             + ", ".join(f"{k} {v / 2**20:.1f}" for k, v in first_use.items())
         )
+        if transients:
+            log("    sparse-product temporaries: " + ", ".join(f"{k} {v:.3g}" for k, v in transients.items()))
     finally:
         _set_threads(old_threads)
     log(f"[calibrate {len(steps) + 2}/{len(steps) + 2}] gloo point-to-point (2 local processes) ...")
-    call_s = 0.0
+    call_s = cpu_per_byte = 0.0
     if cal.network:
         try:
-            link, call_s = bench_network(cal)
+            link, call_s, cpu_per_byte = bench_network(cal)
             log(
                 f"    alpha {link.alpha_s * 1e6:.1f} us (gap {link.gap_s * 1e6:.1f} us), "
-                f"bandwidth {link.bandwidth_Bps / 1e9:.2f} GB/s, post {call_s * 1e6:.1f} us"
+                f"bandwidth {link.bandwidth_Bps / 1e9:.2f} GB/s, post {call_s * 1e6:.1f} us, "
+                f"CPU {cpu_per_byte * 1e9:.3f} s/GB moved"
             )
         except Exception as err:  # noqa: BLE001 - keep the compute calibration if gloo fails
             cal.notes.append(f"network not measured ({type(err).__name__}: {err}); 50 us / 1 GB/s assumed")
@@ -593,8 +761,11 @@ def calibrate(cal: Calibration | None = None, name: str = "local") -> Profile:
         cores_per_host=usable_cores(),
         workers_per_host=0,
         p2p_call_s=call_s,
+        p2p_cpu_s_per_byte=cpu_per_byte,
         mem_overhead_factor=factor,
         first_use_bytes=first_use,
+        transient_bytes=transients,
+        llc_bytes=float(cal.raw.get("llc_bytes", 0.0)),
         notes=tuple(notes),
         meta={
             "machine": cpu_model(),

@@ -137,7 +137,8 @@ def simulate_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--validate",
         metavar="RECORDS",
-        help="compare with real records (CSV / JSON lines from `sarlab bench engine`)",
+        nargs="+",
+        help="compare with real records (CSV / JSON lines from `sarlab bench engine`; several files are joined)",
     )
     p.add_argument(
         "--validation-out",
@@ -240,21 +241,24 @@ def simulate_main(argv: list[str] | None = None) -> int:
 
 
 def _validate(args: argparse.Namespace, profile: Profile) -> int:
+    import pandas as pd
+
     from simulator.plots import validation_plot
-    from simulator.validate import error_summary, read_records, validate
+    from simulator.validate import error_summary, markdown_table, read_records, validate
 
     try:
-        records = read_records(args.validate)
+        records = pd.concat([read_records(path) for path in args.validate], ignore_index=True)
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    _print(f"{len(records)} records from {args.validate}")
+    _print(f"{len(records)} records from {', '.join(args.validate)}")
     table = validate(records, profile, warmup=args.warmup, progress=_print)
     errors = error_summary(table)
     out = Path(args.validation_out)
     out.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(out, index=False)
     png = validation_plot(table, out.with_suffix(".png"), f"simulator vs measured ({profile.name})")
+    _print(markdown_table(table))
     _print(
         f"median |error|: time {errors['median_abs_time_error']:.1%}, "
         f"memory {errors['median_abs_memory_error']:.1%} over {errors['configurations']} configurations"

@@ -5,19 +5,25 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+import numpy as np
+
 from simulator.layers import Number, Op
-from simulator.profile import Link, Profile
+from simulator.profile import OP_UNITS, Link, Profile
 
 
 class CostModel:
     """Prices :class:`Op` lists on one worker with ``threads`` threads.
 
     .. math::
-        t(\\mathrm{op}) = \\sigma_{dtype}\\, \\rho^{[bwd]} \\left(k\\,o + \\frac{w}{r\\,s(T)}
-        + \\frac{v}{r_{row}\\,s(T)}\\right), \\qquad s(T) = 1 + (T-1)\\eta
+        t(\\mathrm{op}) = \\sigma_{dtype}\\, \\rho^{[bwd]} \\left(k\\,o + \\frac{w}{s(T)}\\Big(\\frac{h}{r}
+        + \\frac{1-h}{r_{mem}}\\Big) + \\frac{v}{r_{row}\\,s(T)}\\right), \\qquad s(T) = 1 + (T-1)\\eta,
+        \\qquad h = \\min(1, L / G)
 
     with ``k`` calls, overhead ``o``, work ``w``, dense-output work ``v``, rates ``r`` and ``r_row``,
     thread efficiency ``eta``, backward ratio ``rho`` (backward ops only) and dtype slowdown ``sigma``.
+    Sparse families whose profile has a ``mem_rate`` gather rows of a ``G``-byte matrix at random: a
+    fraction ``h`` hits the last-level cache ``L`` (``Profile.llc_bytes``), the rest runs at ``r_mem``
+    (``h = 1`` without a cache model).
 
     Args:
         profile: the machine profile.
@@ -32,19 +38,44 @@ class CostModel:
         self.threads = float(threads)
         self.slowdown = float(profile.dtype_slowdown.get(dtype, 1.0))
         self._speedup: dict[str, float] = {}
-        for name in ("gemm", "spmm", "max_aggr", "gat_unfused", "gat_fused", "elementwise"):
+        for name in OP_UNITS:
             self._speedup[name] = profile.op(name).speedup(self.threads)
 
     def op_seconds(self, op: Op) -> Number:
         """Seconds of one :class:`Op` (array work gives an array of seconds)."""
         cost = self.profile.op(op.family)
         speed = self._speedup[op.family]
-        t = op.calls * cost.overhead_s + op.work / (cost.rate * speed)
+        llc = self.profile.llc_bytes
+        if cost.mem_rate is not None and llc > 0 and np.any(np.asarray(op.gather_bytes) > 0):
+            hit = np.minimum(1.0, llc / np.maximum(op.gather_bytes, 1.0))
+            t = op.calls * cost.overhead_s + op.work * (hit / cost.rate + (1.0 - hit) / cost.mem_rate) / speed
+        else:
+            t = op.calls * cost.overhead_s + op.work / (cost.rate * speed)
         if cost.row_rate is not None:
             t = t + op.rows / (cost.row_rate * speed)
         if op.backward:
             t = t * cost.bwd_ratio
         return t * self.slowdown
+
+    def share_eff(self, ops: Iterable[Op], slots: float) -> float:
+        """Efficiency of each extra co-located process for a mix of ops (see
+        :class:`simulator.network.SharedCores`).
+
+        With ``S = slots`` processes running the same mix at once, op ``i`` of solo time ``t_i`` runs at
+        ``s_i = 1 + (S-1) eta_i`` over ``S`` of its solo speed, so the mix runs at
+        :math:`\rho = \\sum t_i / \\sum (t_i S / s_i)` and its efficiency is :math:`(S \rho - 1)/(S - 1)`.
+        """
+        if slots <= 1:
+            return 1.0
+        solo = shared = 0.0
+        for op in ops:
+            t = float(np.sum(self.op_seconds(op)))
+            eta = self.profile.op(op.family).process_eff
+            solo += t
+            shared += t * slots / (1.0 + (slots - 1.0) * eta)
+        if solo <= 0.0 or shared <= 0.0:
+            return 1.0
+        return float(min(1.0, max(0.0, (slots * solo / shared - 1.0) / (slots - 1.0))))
 
     def seconds(self, ops: Iterable[Op]) -> Number:
         """Total seconds of a list of ops (0.0 for an empty list)."""

@@ -7,20 +7,23 @@ reverse layer order (BatchNorm's all-reduce, the aggregation's gradient exchange
 all-reduces; Adam. The schedule of exchanges follows ``sarlab/aggregate.py`` (worker ``p``, prefetch
 ``d``, round ``r = 1..N-1``, ``q_in = p - r``, ``q_out = p + r`` mod ``N``):
 
-* ``sar``/``sa`` forward: the local shard first; then the ring. Rounds ``1..d+1`` are posted (rows
-  gathered, send to ``q_out`` + receive from ``q_in``); round ``r`` is waited for (both messages), the next
-  unposted round is posted, and round ``r`` is aggregated: ``d + 1`` rounds stay in flight while one is
-  computed, so ``sar`` holds at most ``d + 2`` fetched shards.
-* backward: the local shard's gradient, then per round the gradient of ``q_in``'s rows (``A_q^T g`` in
-  case 1; the shard's VJP in case 2, after re-fetching its rows in ``sar``) is sent back to ``q_in`` while
-  the gradient of this worker's rows comes from ``q_out``; once more than ``d + 1`` of these are in
-  flight the oldest is waited for and added in.
+* ``sar``/``sa`` forward: rounds ``1..d+1`` are posted first (rows gathered, send to ``q_out`` + receive
+  from ``q_in``), so they overlap the local shard, which is aggregated next; then round ``r`` is waited for
+  (both messages), aggregated, its rows dropped (``sar``) and the next unposted round posted: while round
+  ``r`` is computed rounds ``r+1..r+d`` are in flight, so ``sar`` holds at most ``d + 1`` fetched shards.
+* backward, case 1 (sum/mean of copied rows): the remote gradients ``A_q^T g`` are computed and sent back
+  to ``q_in`` first (the gradient of this worker's rows comes from ``q_out``), then the local shard's
+  gradient overlaps them; once more than ``d + 1`` are in flight the oldest is waited for and added in.
+  Case 2: ``sar`` starts the re-fetch, computes the local shard's VJP while it is in flight, then per
+  round the VJP and its gradient return; ``sa`` uses its kept rows (unfused GAT: one autograd backward
+  over the kept graph, then all returns).
 * ``oneshot``: all ``N - 1`` exchanges are posted at once into an extended ``[own; halo]`` matrix, then
   one aggregation; its backward sends every halo gradient at once.
 
 Memory: a tracker per worker books every tensor the engine allocates (see :mod:`simulator.layers`):
 ``sar`` frees each fetched shard after use; ``sa`` keeps all of them until the layer's backward;
-``oneshot`` holds all halo rows at once, kept for backward only in case 2.
+``oneshot`` holds all halo rows at once, kept for backward only in case 2. Linear aggregations keep no
+exchanged rows for backward in any mode.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from __future__ import annotations
 import gc
 import time
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +52,7 @@ from simulator.layers import (
     optimizer_step,
 )
 from simulator.memory import MemoryTracker
-from simulator.network import NETWORKS, Channel, Message
+from simulator.network import NETWORKS, Message, SharedCores
 from simulator.profile import Profile
 from simulator.workload import PartitionStats
 
@@ -65,8 +68,10 @@ class RunSpec:
         prefetch: the engine's prefetch depth ``d`` (``d + 1`` rounds in flight while one is computed).
         threads: compute threads per worker; ``None`` = the host's cores divided among its workers.
         workers_per_host: placement; ``None`` = the profile's (0 = all workers on one host).
-        shared_cores: model a host's workers competing for its cores (a FIFO pool of
-            ``cores // threads`` slots, one per running op); ``None`` = when the host is oversubscribed.
+        shared_cores: model a host's workers competing for its cores and memory system (processor
+            sharing, :class:`simulator.network.SharedCores`, with ``cores // threads`` slots); ``None`` =
+            when the host is oversubscribed or its co-located processes interfere (a profile ``share_eff``
+            below 1).
         trace: record Gantt intervals, transfers and memory timelines (slower).
         network: NIC channel discipline, ``reserve`` (fast) or ``simpy`` (``simpy.Resource``), see
             :mod:`simulator.network`.
@@ -104,7 +109,8 @@ def resolve_placement(profile: Profile, workers: int, run: RunSpec) -> Placement
     wph = workers if wph <= 0 else min(wph, workers)
     threads = run.threads if run.threads is not None else max(1, profile.cores_per_host // wph)
     oversubscribed = wph * threads > profile.cores_per_host
-    shared = oversubscribed if run.shared_cores is None else run.shared_cores
+    interfere = wph > 1 and any(profile.op(name).process_eff < 1.0 for name in profile.ops)
+    shared = (oversubscribed or interfere) if run.shared_cores is None else run.shared_cores
     slots = max(1, int(profile.cores_per_host // max(threads, 1))) if shared else None
     return Placement(wph, float(threads), slots)
 
@@ -190,6 +196,7 @@ class _LayerArrays:
     one_bwd_transient: list[float]
     one_kept: list[float]
     one_ext: list[float]
+    one_grad: list[float]
     own_rows: list[float]
     mem: list[LayerMemory]
 
@@ -218,9 +225,10 @@ class EpochModel:
     def __init__(self, stats: PartitionStats, model: ModelSpec, run: RunSpec, profile: Profile) -> None:
         self.stats, self.model, self.run_spec, self.profile = stats, model, run, profile
         self.N = stats.num_parts
+        self.ring = run.mode != "oneshot" and self.N > 1  # one worker: every mode runs one shard, no exchange
         self.placement = resolve_placement(profile, self.N, run)
         self.costs = CostModel(profile, self.placement.threads, model.dtype)
-        self.plans = layer_plans(model, stats.feature_dim, stats.num_classes)
+        self.plans = [pl.in_run(run.mode, self.N) for pl in layer_plans(model, stats.feature_dim, stats.num_classes)]
         self.b = model.bytes_per_element
         self.params = sum(p.params for p in self.plans)
         self.arrays = [self._precompute(plan) for plan in self.plans]
@@ -235,10 +243,14 @@ class EpochModel:
         self.flat_s = float(cost(flatten_grads(self.params, b)))
         self.opt_s = float(cost(optimizer_step(self.params, b)))
         self.persistent = self._persistent_bytes()
+        self._eta = self._share_etas() if self.placement.core_slots is not None else {}
+        # loopback copies of point-to-point bytes compete for the cores only where workers share them
+        self._copy_s_per_byte = profile.p2p_cpu_s_per_byte if self.placement.core_slots is not None else 0.0
+        self._copy_eta = profile.op("elementwise").process_eff
 
     # ---------------------------------------------------------------------------- precompute
     def _precompute(self, plan: LayerPlan) -> _LayerArrays:
-        st, cost, P, mode = self.stats, self.costs.seconds, self.N, self.run_spec.mode
+        st, cost, P = self.stats, self.costs.seconds, self.N
         n = st.nodes_per_part.astype(np.float64)
         E = st.edges_per_shard.astype(np.float64)
         H = st.halo_rows.astype(np.float64)
@@ -247,11 +259,11 @@ class EpochModel:
         # source rows of shard q on worker p: its own n_p rows (q == p) or the H[p][q] halo rows
         num_src = np.where(np.eye(P, dtype=bool), nd, H)
         full = np.ones((P, P))
-        shard_f = cost(plan.shard_fwd(E, nd)) * full
-        shard_b = cost(plan.shard_bwd(E, nd, num_src, recompute=plan.recomputes(mode))) * full
+        shard_f = cost(plan.shard_fwd(E, nd, num_src)) * full
+        shard_b = cost(plan.shard_bwd(E, nd, num_src)) * full
         e_all, halo_in = E.sum(axis=1), H.sum(axis=1)
-        one_f = cost(plan.shard_fwd(e_all, n))
-        one_b = cost(plan.shard_bwd(e_all, n, n + halo_in, recompute=False))
+        one_f = cost(plan.shard_fwd(e_all, n, n + halo_in))
+        one_b = cost(plan.shard_bwd(e_all, n, n + halo_in))
         # accumulate[p][q]: adding the gradient q sends back for the H[q][p] rows of p it used
         acc = np.where(H.T > 0, cost(plan.accumulate_grad(H.T)), 0.0)
         one_acc = np.where(H.sum(axis=0) > 0, cost(plan.accumulate_grad(H.sum(axis=0))), 0.0)
@@ -261,6 +273,24 @@ class EpochModel:
         gather = gather_only + call
         one_prep = cost(plan.copy_rows(n)) + np.asarray(gather_only).sum(axis=1) + call
         wb = plan.width * self.b
+        shard_transient = plan.shard_transient_bytes(E, nd, num_src)
+        shard_bwd_transient = plan.shard_bwd_transient_bytes(E, nd, num_src)
+        one_transient = plan.shard_transient_bytes(e_all, n, n + halo_in)
+        one_bwd_transient = plan.shard_bwd_transient_bytes(e_all, n, n + halo_in)
+        if plan.kind == "sage" and plan.case == 1:
+            # mean: shard_vjp divides the output gradient by the degree again for the local shard (ring,
+            # next to the scaled copy the remote rounds used) and once for oneshot's merged shard
+            rescale = n * plan.width * self.b
+            shard_bwd_transient = shard_bwd_transient + np.diag(rescale)
+            one_bwd_transient = one_bwd_transient + rescale
+        if plan.case == 1:  # measured temporaries of the sparse products beyond their outputs
+            extra = self.profile.transient_bytes
+            fo, fe = extra.get("spmm_fwd_out", 0.0), extra.get("spmm_fwd_edge", 0.0)
+            bo, be = extra.get("spmm_bwd_out", 0.0), extra.get("spmm_bwd_edge", 0.0)
+            shard_transient = shard_transient + fo * nd * wb + fe * E
+            shard_bwd_transient = shard_bwd_transient + bo * num_src * wb + be * E
+            one_transient = one_transient + fo * n * wb + fe * e_all
+            one_bwd_transient = one_bwd_transient + bo * (n + halo_in) * wb + be * e_all
         return _LayerArrays(
             plan=plan,
             pre_f=_per_part(cost(plan.pre_fwd(n)), P),
@@ -278,19 +308,62 @@ class EpochModel:
             accumulate=_matrix(acc, P),
             one_accumulate=_per_part(one_acc, P),
             gather=_matrix(gather, P),
-            one_prep=_per_part(one_prep, P),
+            one_prep=_per_part(one_prep if P > 1 else 0.0, P),
             one_clone=_per_part(cost(plan.copy_rows(n)), P),
             row_bytes=_matrix(H * wb, P),
-            shard_transient=_matrix(plan.shard_transient_bytes(E, nd), P, has_edges),
-            shard_bwd_transient=_matrix(plan.shard_bwd_transient_bytes(E, nd, num_src), P, has_edges),
-            shard_kept=_matrix(plan.shard_kept_bytes(E, nd) if plan.keeps_edge_tensors(mode) else 0.0, P, has_edges),
-            one_transient=_per_part(plan.shard_transient_bytes(e_all, n), P),
-            one_bwd_transient=_per_part(plan.shard_bwd_transient_bytes(e_all, n, n + halo_in), P),
-            one_kept=_per_part(plan.shard_kept_bytes(e_all, n) if plan.keeps_edge_tensors(mode) else 0.0, P),
-            one_ext=_per_part((n + halo_in) * wb, P),
+            shard_transient=_matrix(shard_transient, P, has_edges),
+            shard_bwd_transient=_matrix(shard_bwd_transient, P, has_edges),
+            shard_kept=_matrix(plan.shard_kept_bytes(E, nd) if plan.keeps_edge_tensors else 0.0, P, has_edges),
+            one_transient=_per_part(one_transient, P),
+            one_bwd_transient=_per_part(one_bwd_transient, P),
+            one_kept=_per_part(plan.shard_kept_bytes(e_all, n) if plan.keeps_edge_tensors else 0.0, P),
+            one_ext=_per_part((n + halo_in) * wb if P > 1 else 0.0, P),  # one worker: no extended copy
+            one_grad=_per_part((n + halo_in) * wb, P),
             own_rows=_per_part(n * wb, P),
             mem=[plan.memory(int(k)) for k in st.nodes_per_part],
         )
+
+    def _share_etas(self) -> dict[tuple, float]:
+        """Co-located process efficiency (:meth:`CostModel.share_eff`) of every kind of compute segment,
+        keyed like the first two fields of :class:`Interval` ``what`` (op mixes of an average part)."""
+        st, S, b, c = self.stats, float(self.placement.core_slots or 1), self.b, self.stats.num_classes
+        n = float(st.nodes_per_part.mean())
+        E = st.edges_per_shard.astype(np.float64)
+        e_local = float(np.diag(E).mean())
+        off = ~np.eye(self.N, dtype=bool)
+        e_remote = float(E[off].mean()) if off.any() else e_local
+        h = float(st.halo_rows[off].mean()) if off.any() else 0.0
+        eta = self.costs.share_eff
+        out: dict[tuple, float] = {
+            ("loss", "fwd"): eta(loss_fwd(n, c, b), S),
+            ("loss", "bwd"): eta(loss_bwd(n, n, c, b), S),
+            ("flatten",): eta(flatten_grads(self.params, b), S),
+            ("adam",): eta(optimizer_step(self.params, b), S),
+        }
+        for L in self.plans:
+            li = L.index
+            tail_f, tail_b = L.tail_fwd(n), L.tail_bwd(n)
+            e = e_local + e_remote * (self.N - 1) if not self.ring else e_remote
+            kinds = {
+                "pre": L.pre_fwd(n),
+                "agg": L.shard_fwd(e, n, h or n),
+                "finalize": L.finalize(n),
+                "post": L.post_fwd(n),
+                "bn": tail_f[0] + tail_f[1],
+                "tail": tail_f[2],
+                "tail-bwd": tail_b[0],
+                "bn-bwd": tail_b[1],
+                "post-bwd": L.post_bwd(n),
+                "bwd-setup": L.agg_bwd_setup(n),
+                "agg-bwd": L.shard_bwd(e, n, h or n),
+                "pre-bwd": L.pre_bwd(n),
+                "gather": L.gather_rows(h or n),
+                "accumulate": L.accumulate_grad(h or n),
+                "clone": L.copy_rows(n),
+            }
+            for kind, ops in kinds.items():
+                out[(li, kind)] = eta(ops, S)
+        return out
 
     def _persistent_bytes(self) -> np.ndarray:
         """Bytes held above the baseline at the start of a steady-state epoch, per rank.
@@ -309,7 +382,7 @@ class EpochModel:
         total += sum(first_use.get(family, 0.0) for family in {pl.family for pl in self.plans})
         linear = [pl for pl in self.plans if pl.case == 1]
         fused = [pl for pl in self.plans if pl.kind == "gat" and pl.fused]
-        if self.run_spec.mode == "oneshot":
+        if not self.ring and self.N > 1:  # oneshot's merged shard (one worker: its own shard)
             e_all, rows = E.sum(axis=1), n + H.sum(axis=1)
             total += 16.0 * e_all + 8.0 * (n + 1)
             for group in (linear, fused):
@@ -356,7 +429,7 @@ class EpochModel:
             trace=trace,
         )
         slots = self.placement.core_slots
-        self.pools = [Channel(slots) for _ in range(self.net.hosts)] if slots is not None else None
+        self.pools = [SharedCores(env, slots) for _ in range(self.net.hosts)] if slots is not None else None
         self.workers = [_Worker(p, MemoryTracker(start=float(self.persistent[p]), trace=trace)) for p in range(N)]
         self._allreduce_seq = [0] * N
         self._kept: dict[tuple[int, int], dict[int, float]] = {}
@@ -403,8 +476,8 @@ class EpochModel:
     def _compute(self, w: _Worker, seconds: float, what: tuple) -> Proc:
         """Worker ``w`` computes ``seconds``: its clock moves on (no SimPy event), unless cores are shared.
 
-        With shared cores the worker first lets the simulation catch up with its clock, then queues
-        for a core slot of its host, so compute of co-located workers contends.
+        With shared cores the worker first lets the simulation catch up with its clock, then runs the op
+        on its host's :class:`SharedCores`, so compute of co-located workers contends.
         """
         if seconds <= 0.0:
             return
@@ -419,12 +492,8 @@ class EpochModel:
         if w.clock > env.now:
             yield env.timeout(w.clock - env.now)
         pool = self.pools[w.rank // self.placement.workers_per_host]
-        granted = env.event()
         start = env.now
-        pool.acquire(granted.succeed)
-        yield granted
-        yield env.timeout(seconds)
-        pool.release()
+        yield pool.run(seconds, self._eta.get(what[:2], 1.0))
         w.clock = w.mem.now = env.now
         w.compute_s += env.now - start
         if self.run_spec.trace:
@@ -508,6 +577,10 @@ class EpochModel:
         v = post((base + q_in) * N + p, q_in, p, recv_bytes, p, at) if recv_bytes > 0 else _DELIVERED
         w.sent += send_bytes
         w.recv += recv_bytes
+        if self._copy_s_per_byte:  # the bytes' copies run in the background on the worker's host cores
+            self.pools[p // self.placement.workers_per_host].run(
+                self._copy_s_per_byte * (send_bytes + recv_bytes), self._copy_eta
+            )
         return s, v
 
     # ------------------------------------------------------------------------------- worker
@@ -536,7 +609,7 @@ class EpochModel:
     def _forward_layer(self, w: _Worker, A: _LayerArrays) -> Proc:
         p, mem = w.rank, w.mem
         L, M, li = A.plan, A.mem[p], A.plan.index
-        ring = self.run_spec.mode != "oneshot"
+        ring = self.ring
         mem.alloc(M.pre_peak + M.exchange + M.pre_saved)
         yield from self._compute(w, A.pre_f[p], (li, "pre"))
         mem.free(M.pre_peak)
@@ -549,7 +622,7 @@ class EpochModel:
         mem.free(M.post_peak)
         if not (L.records or M.agg_out_kept):
             mem.free(M.agg_out)
-        if not (M.exchange_kept or (ring and L.records)):
+        if not (M.exchange_kept or (ring and L.records and L.case == 2)):  # sar/sa keep non-linear rows only
             mem.free(M.exchange)
         if not L.hidden:
             return
@@ -575,37 +648,55 @@ class EpochModel:
         p, mem = w.rank, w.mem
         A = self.arrays[li]
         L, M = A.plan, A.mem[p]
-        mem.alloc(M.grad_peak)
+        mem.alloc(M.grad_tail)
         if L.hidden:
             yield from self._compute(w, A.tail_b[0][p], (li, "tail-bwd"))
             if L.batchnorm:
                 yield from self._allreduce(w, 2 * L.out_dim * FP64, (li, "bn-bwd"))
                 yield from self._compute(w, A.tail_b[1][p], (li, "bn-bwd"))
             mem.free(M.dropout_saved + M.relu_saved + M.bn_saved)
+        mem.free(M.grad_tail)
+        mem.alloc(M.grad_post)
         yield from self._compute(w, A.post_b[p], (li, "post-bwd"))
+        mem.free(M.grad_post)
+        mem.alloc(M.grad_agg)
         if L.records:
-            if self.run_spec.mode == "oneshot":
+            if not self.ring:
                 yield from self._oneshot_backward(w, A)
             else:
                 yield from self._ring_backward(w, A)
         if L.records or M.agg_out_kept:
             mem.free(M.agg_out)
-        if M.exchange_kept or (L.records and self.run_spec.mode != "oneshot"):
+        if M.exchange_kept or (L.records and L.case == 2 and self.ring):
             mem.free(M.exchange)
+        mem.free(M.grad_agg)
+        mem.alloc(M.grad_pre)
         yield from self._compute(w, A.pre_b[p], (li, "pre-bwd"))
-        mem.free(M.pre_saved + M.grad_peak)
+        mem.free(M.pre_saved + M.grad_pre)
         mem.alloc(L.params * self.b)  # this layer's parameter gradients, kept until the step
         if li > 0:
             mem.free(self.arrays[li - 1].mem[p].next_input)  # this layer's input is no longer needed
 
     # --------------------------------------------------------------------------- ring modes
     def _ring_fetch(
-        self, w: _Worker, A: _LayerArrays, phase: str, kept: dict[int, float] | None, returns: deque | None
+        self,
+        w: _Worker,
+        A: _LayerArrays,
+        phase: str,
+        local: Callable[[], Proc],
+        kept: dict[int, float] | None,
+        returns: deque | None,
     ) -> Proc:
-        """The engine's ``ring_fetch`` + per-round work, forward (aggregate) or backward (re-fetch + VJP).
+        """The engine's ``RingFetch`` + per-round work, forward (aggregate) or backward (re-fetch + VJP).
+
+        ``start()`` posts rounds ``1..d+1`` (rows gathered, exchange posted), then ``local()`` runs (the
+        local shard, overlapping those fetches); then per round: wait for both messages (the send buffer
+        dies), aggregate (or VJP) the round, drop its rows, post the next unposted round. While round
+        ``r`` is computed rounds ``r+1..r+d`` are in flight: at most ``d + 1`` remote shards are resident.
 
         ``kept``: ``sa``'s resident rows (round -> bytes), filled in forward. ``returns``: backward; each
-        round's gradient goes to :meth:`_grad_return` (the caller drains what is left in flight).
+        round's gradient goes to :meth:`_grad_return` before its rows are dropped (the caller drains
+        what is left in flight).
         """
         backward = returns is not None
         N, d, p, mem, li = self.N, self.run_spec.prefetch, w.rank, w.mem, A.plan.index
@@ -634,6 +725,7 @@ class EpochModel:
         while next_round < N and len(in_flight) <= d:
             yield from post(next_round)
             next_round += 1
+        yield from local()
         while in_flight:
             r, s, v, send_b = in_flight.popleft()
             if s.deliver_at >= 0.0 and v.deliver_at >= 0.0:  # both matched: no need to block
@@ -641,9 +733,6 @@ class EpochModel:
             else:
                 yield from self._await(w, (s, v), (li, phase, r))
             mem.free(send_b)
-            if next_round < N:
-                yield from post(next_round)
-                next_round += 1
             q = (p - r) % N
             transient = transient_table[p][q]
             mem.alloc(transient)
@@ -655,18 +744,28 @@ class EpochModel:
             if kept is not None:
                 kept[r] = rows[p][q]
                 mem.alloc(A.shard_kept[p][q])
-            else:
-                mem.free(rows[p][q])
             if returns is not None:
                 yield from self._grad_return(w, A, r, returns)
+            if kept is None:
+                mem.free(rows[p][q])
+            if next_round < N:
+                yield from post(next_round)
+                next_round += 1
 
-    def _grad_return(self, w: _Worker, A: _LayerArrays, r: int, returns: deque, send_allocated: bool = False) -> Proc:
-        """The engine's ``GradReturn.post``: send round ``r``'s source gradient home, ``d + 1`` in flight."""
+    def _grad_return(
+        self, w: _Worker, A: _LayerArrays, r: int, returns: deque, send: str = "new"
+    ) -> Proc:
+        """The engine's ``GradReturn.post``: send round ``r``'s source gradient home; once more than
+        ``d + 1`` are in flight the oldest is waited for and added in.
+
+        ``send``: the gradient rows (the send buffer) are ``new`` (booked here, freed with the round),
+        ``given`` (booked by the caller, freed with the round) or ``kept`` (booked and freed by the caller).
+        """
         N, p, li = self.N, w.rank, A.plan.index
         q_in, q_out = (p - r) % N, (p + r) % N
         send_b, recv_b = A.row_bytes[p][q_in], A.row_bytes[q_out][p]
-        booked = recv_b if send_allocated else send_b + recv_b  # the A_q^T g / VJP output is the send buffer
-        w.mem.alloc(booked)
+        w.mem.alloc(recv_b + (send_b if send == "new" else 0.0))
+        booked = recv_b + (0.0 if send == "kept" else send_b)  # freed when the round completes
         if self.pools is None:
             self._tick(w, self.profile.p2p_call_s, (li, "post", r))
             if w.clock > self.env.now:
@@ -696,15 +795,18 @@ class EpochModel:
         p, mem = w.rank, w.mem
         M, li = A.mem[p], A.plan.index
         keep = self.run_spec.mode == "sa"
-        mem.alloc(M.agg_state)
-        transient = A.shard_transient[p][p]
-        mem.alloc(transient)
-        yield from self._compute(w, A.shard_f[p][p], (li, "agg", 0))
-        mem.free(transient)
-        if keep and A.plan.records:
-            mem.alloc(A.shard_kept[p][p])
+
+        def local() -> Proc:  # init + the local shard, while the first rounds are in flight
+            mem.alloc(M.agg_state)
+            transient = A.shard_transient[p][p]
+            mem.alloc(transient)
+            yield from self._compute(w, A.shard_f[p][p], (li, "agg", 0))
+            mem.free(transient)
+            if keep and A.plan.records:
+                mem.alloc(A.shard_kept[p][p])
+
         kept: dict[int, float] | None = {} if keep else None
-        yield from self._ring_fetch(w, A, "f", kept, None)
+        yield from self._ring_fetch(w, A, "f", local, kept, None)
         yield from self._compute(w, A.finalize[p], (li, "finalize"))
         if M.new_out:
             mem.alloc(M.agg_out)
@@ -723,35 +825,50 @@ class EpochModel:
         extra = M.agg_bwd_hold  # SAGE-mean's scaled gradient, GAT's destination-input gradient
         mem.alloc(own + extra)  # zeroed source gradient (+ the above)
         yield from self._compute(w, A.bwd_setup[p], (li, "bwd-setup"))
-        transient = A.shard_bwd_transient[p][p] + (own if L.case == 1 else 0)
-        mem.alloc(transient)
-        yield from self._compute(w, A.shard_b[p][p], (li, "agg-bwd", 0))
-        mem.free(transient)
-        if kept is not None:
-            mem.free(A.shard_kept[p][p])
+
+        def local() -> Proc:  # the local shard's VJP, added into the source gradient
+            transient = A.shard_bwd_transient[p][p] + (own if L.case == 1 else 0)
+            mem.alloc(transient)
+            yield from self._compute(w, A.shard_b[p][p], (li, "agg-bwd", 0))
+            mem.free(transient)
+            if kept is not None:
+                mem.free(A.shard_kept[p][p])
+
         returns: deque = deque()
-        if L.case == 1:
-            if kept is not None:  # sa keeps rows it never needs in case 1: dropped now
+        if L.case == 1:  # remote gradients A_q^T g go out first, then the local shard overlaps them
+            if kept is not None:  # sa keeps rows it never needs in case 1: dropped at once
                 mem.free(sum(kept.values()))
             for r in range(1, N):
+                q = (p - r) % N
+                transient = A.shard_bwd_transient[p][q]
+                mem.alloc(A.row_bytes[p][q] + transient)  # A_q^T g (the send buffer) and its temporaries
                 if self.pools is None:
-                    self._tick(w, A.shard_b[p][(p - r) % N], (li, "agg-bwd", r))
+                    self._tick(w, A.shard_b[p][q], (li, "agg-bwd", r))
                 else:
-                    yield from self._compute(w, A.shard_b[p][(p - r) % N], (li, "agg-bwd", r))
-                yield from self._grad_return(w, A, r, returns)
-        elif kept is None:  # sar, case 2: re-fetch, rematerialize, send the gradient back
-            yield from self._ring_fetch(w, A, "r", None, returns)
+                    yield from self._compute(w, A.shard_b[p][q], (li, "agg-bwd", r))
+                mem.free(transient)
+                yield from self._grad_return(w, A, r, returns, send="given")
+            yield from local()
+        elif kept is None:  # sar, case 2: re-fetch (overlapping the local shard), rematerialize, return
+            yield from self._ring_fetch(w, A, "r", local, None, returns)
         elif L.whole_graph_backward(mode):  # sa keeping the autograd graph: one backward, then the returns
-            grads = sum(A.row_bytes[p][(p - r) % N] for r in range(1, N))
-            yield from self._compute(w, sum(A.shard_b[p][(p - r) % N] for r in range(1, N)), (li, "agg-bwd"))
+            shards = [(p - r) % N for r in range(N)]  # the local shard and every remote one
+            # one autograd backward over the kept graph: all of it is alive while the largest shard's
+            # gradients are (measured: the graph is released when the backward ends)
+            transient = max(A.shard_bwd_transient[p][q] for q in shards)
+            mem.alloc(transient)
+            yield from self._compute(w, sum(A.shard_b[p][q] for q in shards), (li, "agg-bwd"))
+            mem.free(transient)
+            grads = sum(A.row_bytes[p][q] for q in shards[1:])
             mem.alloc(grads)
-            mem.free(sum(kept.values()) + sum(A.shard_kept[p][(p - r) % N] for r in range(1, N)))
+            mem.free(sum(kept.values()) + sum(A.shard_kept[p][q] for q in shards))
             for r in range(1, N):
-                yield from self._grad_return(w, A, r, returns, send_allocated=True)
+                yield from self._grad_return(w, A, r, returns, send="kept")
             while returns:
                 yield from self._grad_complete(w, A, returns)
             mem.free(grads)
         else:  # sa, case 2: the kept rows
+            yield from local()
             for r in range(1, N):
                 q = (p - r) % N
                 transient = A.shard_bwd_transient[p][q]
@@ -783,20 +900,25 @@ class EpochModel:
         if M.new_out:
             mem.alloc(M.agg_out)
             mem.free(M.agg_state)
-        if L.records and L.case == 2:
-            mem.alloc(A.one_kept[p])
-        else:
+        if L.records:
+            mem.alloc(A.one_kept[p])  # unfused GAT's autograd graph
+        if not (L.records and L.case == 2 and not L.autograd):  # ShardAggregate keeps non-linear rows
             mem.free(A.one_ext[p])
 
     def _oneshot_backward(self, w: _Worker, A: _LayerArrays) -> Proc:
+        """Gradient w.r.t. ``[own; halo]`` rows, then (``N > 1``) the halo gradients go home at once."""
         N, p, mem = self.N, w.rank, w.mem
         L, li, rows = A.plan, A.plan.index, A.row_bytes
         transient = A.one_bwd_transient[p]
-        mem.alloc(A.one_ext[p] + transient)  # gradient w.r.t. [own; halo] rows
+        grad = A.one_grad[p]
+        mem.alloc(grad + transient)
         yield from self._compute(w, A.one_b[p], (li, "agg-bwd", 0))
-        mem.free(transient)
-        if L.case == 2:
-            mem.free(A.one_ext[p] + A.one_kept[p])
+        mem.free(transient + A.one_kept[p])
+        if L.case == 2 and not L.autograd:
+            mem.free(A.one_ext[p])
+        if N == 1:
+            mem.free(grad)
+            return
         own = A.own_rows[p]
         recvs = sum(rows[(p + r) % N][p] for r in range(1, N))
         mem.alloc(own + recvs)  # grad_ext[:n].clone() and the receive buffers
@@ -807,7 +929,7 @@ class EpochModel:
             posted.extend(self._exchange(w, "g", li, N - r, rows[p][(p - r) % N], rows[(p + r) % N][p], w.clock))
         yield from self._await(w, tuple(posted), (li, "halo-grad", 0))
         yield from self._compute(w, A.one_accumulate[p], (li, "accumulate", 0))
-        mem.free(A.one_ext[p] + recvs + own)
+        mem.free(grad + recvs + own)
 
 
 @dataclass

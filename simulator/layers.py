@@ -17,7 +17,7 @@ layer input/output widths, ``w`` exchanged row width, ``H`` heads, ``C`` channel
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Union
 
 import numpy as np
@@ -29,6 +29,15 @@ MODELS = ("gcn", "sage", "gat")
 SAGE_AGGRS = ("mean", "max", "pool")
 MODES = ("sar", "sa", "oneshot")
 FP64 = 8  # BatchNorm statistics and the dropout hash run in 64-bit arithmetic whatever the dtype
+#: the engine's streamed unfused GAT (``sar``) materialises per-edge tensors for at most this many edges at a
+#: time, a shard's destination rows in chunks (``UNFUSED_CHUNK_EDGES`` in ``sarlab/nn/gat.py``)
+UNFUSED_CHUNK_EDGES = 1 << 18
+
+
+def edge_chunks(edges: Number, chunk: int = UNFUSED_CHUNK_EDGES) -> tuple[Number, Number]:
+    """(edges per chunk at most, number of chunks) of a shard of ``edges`` edges processed in chunks."""
+    e = np.asarray(edges, dtype=np.float64)
+    return np.minimum(e, chunk), np.maximum(np.ceil(e / chunk), 1.0)
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,8 @@ class Op:
         backward: priced with the family's backward ratio.
         rows: row*feature units of the op's dense output (sparse families: the destination rows it
             writes), priced at the family's ``row_rate``.
+        gather_bytes: bytes of the matrix whose rows the edge work gathers at random (sparse families);
+            once it outgrows the last-level cache the gathers run at the family's ``mem_rate``.
     """
 
     family: str
@@ -49,6 +60,7 @@ class Op:
     calls: int = 1
     backward: bool = False
     rows: Number = 0.0
+    gather_bytes: Number = 0.0
 
 
 @dataclass(frozen=True)
@@ -125,7 +137,9 @@ class LayerMemory:
         relu_saved: ReLU's saved output.
         dropout_peak: int64 temporaries of the dropout hash; dropout_saved: the saved mask.
         next_input: the tail's output (the next layer's input, kept until that layer's backward).
-        grad_peak: activation gradients alive during this layer's backward.
+        grad_tail, grad_post, grad_agg, grad_pre: activation gradients alive (at their most) during the
+            backward of the tail, of ``post``, of the aggregation and of ``pre`` (:meth:`LayerPlan.memory`),
+            besides what those phases book themselves (the aggregation's source gradient and buffers).
         agg_bwd_hold: held through the aggregation backward besides the source gradient (SAGE-mean's
             scaled output gradient; GAT's destination-input gradient).
     """
@@ -146,7 +160,10 @@ class LayerMemory:
     dropout_peak: int
     dropout_saved: int
     next_input: int
-    grad_peak: int
+    grad_tail: int
+    grad_post: int
+    grad_agg: int
+    grad_pre: int
     agg_bwd_hold: int = 0
 
 
@@ -171,6 +188,7 @@ class LayerPlan:
         batchnorm, dropout: the tail's settings.
         bytes_per_element: ``b``.
         params: trainable parameters (conv + BatchNorm affine).
+        autograd: unfused GAT whose aggregation runs under torch autograd (see :meth:`in_run`).
     """
 
     index: int
@@ -190,12 +208,20 @@ class LayerPlan:
     dropout: float = 0.0
     bytes_per_element: int = 4
     params: int = 0
+    autograd: bool = False
 
     @property
     def family(self) -> str:
-        """The profile op family of one shard's aggregation."""
+        """The profile op family of one shard's aggregation.
+
+        GAT: ``gat_fused`` (C++ kernels), ``gat_unfused`` (the engine's streamed torch kernels, ``sar``: a
+        no-grad forward per shard and a backward that recomputes the attention itself) or ``gat_autograd``
+        (unfused under torch autograd, which keeps the graph: ``sa``, ``oneshot``, one worker).
+        """
         if self.kind == "gat":
-            return "gat_fused" if self.fused else "gat_unfused"
+            if self.fused:
+                return "gat_fused"
+            return "gat_autograd" if self.autograd else "gat_unfused"
         return "spmm" if self.case == 1 else "max_aggr"
 
     @property
@@ -203,23 +229,20 @@ class LayerPlan:
         """Columns of the aggregation output (``H*C`` for GAT, else the exchanged width)."""
         return self.heads * self.channels if self.kind == "gat" else self.width
 
-    def keeps_edge_tensors(self, mode: str) -> bool:
-        """Per-edge tensors survive from forward to backward (unfused GAT, ``sa``/``oneshot`` autograd)."""
-        return self.kind == "gat" and not self.fused and mode != "sar"
+    def in_run(self, mode: str, workers: int) -> LayerPlan:
+        """This layer as the engine runs it in ``mode`` on ``workers`` workers (sets :attr:`autograd`)."""
+        autograd = self.kind == "gat" and not self.fused and (mode != "sar" or workers == 1)
+        return replace(self, autograd=autograd)
 
-    def recomputes(self, mode: str) -> bool:
-        """The backward of a shard prices a forward of it first.
-
-        Only unfused GAT under ``sar`` (the engine's streamed torch backward recomputes the attention per
-        shard). The fused GAT kernel recomputes inside its backward, and SAGE max/pool's VJP regathers the
-        messages, in every mode: both are part of the calibrated backward ratio.
-        """
-        return self.kind == "gat" and mode == "sar" and not self.fused
+    @property
+    def keeps_edge_tensors(self) -> bool:
+        """Per-edge tensors survive from forward to backward (the autograd graph of unfused GAT)."""
+        return self.autograd
 
     def whole_graph_backward(self, mode: str) -> bool:
         """``sa`` with kept per-edge tensors runs one autograd backward over all shards, then returns the
         gradients (``SequentialAggregate._backward_through_graph``)."""
-        return mode == "sa" and self.keeps_edge_tensors(mode)
+        return mode == "sa" and self.autograd
 
     # ---------------------------------------------------------------------------------- forward
     def pre_fwd(self, n: Number) -> list[Op]:
@@ -243,9 +266,19 @@ class LayerPlan:
             ]
         return []
 
-    def shard_fwd(self, edges: Number, n: Number) -> list[Op]:
-        """Aggregation of one shard of ``edges`` in-edges into the running state of ``n`` rows."""
-        return [Op(self.family, edges * self.agg_width_in, rows=n * self.agg_width)]
+    def shard_fwd(self, edges: Number, n: Number, num_src: Number) -> list[Op]:
+        """Aggregation of one shard of ``edges`` in-edges from ``num_src`` source rows into the running
+        state of ``n`` rows. GAT through the kernels also copies its strided source inputs (``z``,
+        ``s_src``) into contiguous ones on every kernel call: once per shard fused, once per chunk unfused.
+        """
+        b = self.bytes_per_element
+        gathered = num_src * self.agg_width_in * b
+        ops = [Op(self.family, edges * self.agg_width_in, rows=n * self.agg_width, gather_bytes=gathered)]
+        if self.kind == "gat" and not self.autograd:
+            calls = 1.0 if self.fused else edge_chunks(edges)[1]
+            copied = calls * num_src * (self.agg_width + self.heads) + n * self.heads
+            ops.append(Op("elementwise", 2.0 * copied * b))
+        return ops
 
     @property
     def agg_width_in(self) -> int:
@@ -335,16 +368,22 @@ class LayerPlan:
             ops.append(Op("elementwise", 3.0 * n * self.agg_width * b))
         return ops
 
-    def shard_bwd(self, edges: Number, n: Number, num_src: Number, recompute: bool) -> list[Op]:
+    def shard_bwd(self, edges: Number, n: Number, num_src: Number) -> list[Op]:
         """Backward of one shard: ``A_q^T g`` (case 1, output ``num_src`` rows), else the VJP.
 
-        ``recompute``: price a forward of the shard first (``sar``'s GAT rematerialisation).
+        A VJP that rematerializes (SAGE max/pool's regathered messages, the GAT kernels' recomputed
+        attention) does so inside the backward op the calibration times, so its backward ratio covers it.
         """
-        if self.case == 1:
-            return [Op("spmm", edges * self.width, rows=num_src * self.width, backward=True)]
-        fwd = self.shard_fwd(edges, n)
-        bwd = [Op(o.family, o.work, o.calls, True, o.rows + num_src * self.width) for o in fwd]
-        return (fwd + bwd) if recompute else bwd
+        if self.case == 1:  # A^T g gathers rows of the n x w output gradient
+            gathered = n * self.width * self.bytes_per_element
+            return [Op("spmm", edges * self.width, rows=num_src * self.width, backward=True, gather_bytes=gathered)]
+        fwd = self.shard_fwd(edges, n, num_src)[:1]
+        ops = [replace(o, backward=True, rows=o.rows + num_src * self.width) for o in fwd]
+        if self.kind == "gat" and not self.autograd:  # input copies; unfused adds each chunk's gradients in
+            b, w = self.bytes_per_element, self.agg_width + self.heads
+            adds = 0.0 if self.fused else 3.0 * edge_chunks(edges)[1] * num_src * w
+            ops.append(Op("elementwise", (2.0 * (num_src * w + n * self.heads) + adds) * b))
+        return ops
 
     def pre_bwd(self, n: Number) -> list[Op]:
         """Backward of ``pre``: weight gradient, and the input gradient when needed."""
@@ -392,7 +431,8 @@ class LayerPlan:
         exchange_kept = False
         if self.kind == "gcn":
             pre_peak, exchange = n * fo * b, n * fo * b  # h, then h * deg^-1/2
-            agg_state, new_out, post_peak = n * fo * b, False, 2 * n * fo * b
+            # (agg + h) and its product with deg^-1/2 coexist; the product plus bias is the output
+            agg_state, new_out, post_peak = n * fo * b, False, n * fo * b
         elif self.kind == "sage":
             if self.aggr == "pool":
                 pre_peak, exchange, exchange_kept = n * fi * b, n * fi * b, True
@@ -403,7 +443,9 @@ class LayerPlan:
             # rows = [z, s_src] (exchanged); z (saved by the score product) and dst_x = [rows, s_dst]
             exchange, pre_saved = n * w * b, n * (2 * hc + 2 * self.heads) * b
             exchange_kept = True  # the attention's input is needed by the backward in every mode
-            agg_state, new_out, post_peak = n * (hc + 2 * self.heads) * b, True, n * hc * b
+            # hidden layers: a view of the output plus bias; the output layer first averages its head
+            agg_state, new_out = n * (hc + 2 * self.heads) * b, True
+            post_peak = 0 if self.hidden else n * fo * b
         f = fo
         hidden = self.hidden
         bn = hidden and self.batchnorm
@@ -425,7 +467,7 @@ class LayerPlan:
             dropout_peak=3 * n * f * FP64 if drop else 0,
             dropout_saved=n * f * b if drop else 0,
             next_input=n * f * b if drop else 0,
-            grad_peak=3 * n * max(fi, fo, w) * b,
+            **self._gradient_levels(n),
             agg_bwd_hold=(
                 n * (aw + 2 * self.heads) * b
                 if self.kind == "gat"
@@ -435,18 +477,63 @@ class LayerPlan:
             ),
         )
 
-    def shard_transient_bytes(self, edges: Number, n: Number) -> Number:
+    def _gradient_levels(self, n: int) -> dict[str, int]:
+        """Activation gradients alive in each backward phase, following autograd's buffers.
+
+        ``G`` is the gradient of the layer's output (after the tail), ``n x f_o``; the last layer's comes
+        from the loss (booked by the epoch). Autograd frees a node's incoming gradients once the node has
+        run and adds a second gradient for the same tensor into the first in place.
+
+        * tail: the incoming and the outgoing gradient of each op (ReLU, dropout): ``2 n f_o``; BatchNorm's
+          input gradient ``(g - mean_g - xhat mean_gx) * s`` holds three more ``n f_o`` temporaries.
+        * post: GCN ``g * deg^-1/2`` next to ``g``; SAGE ``g`` with ``g W_r^T`` (input gradient, kept
+          until the aggregation's is added) and ``g W_l^T`` (the aggregation's output gradient), ``n f_i``
+          each; GAT ``g`` (bias and reshape pass it through).
+        * aggregation: its output gradient (GCN ``n f_o``; SAGE ``n f_i`` + the waiting ``g W_r^T``; GAT
+          ``n H C``).
+        * pre: GCN ``g``, ``g deg^-1/2`` then ``g deg^-1/2`` and ``dx`` (``n f_i``); SAGE the input gradient
+          (pool: its ReLU and projection gradients too); GAT the aggregation's row and destination
+          gradients (``n w``, ``n (w + H)``), the score products' ``n H C`` gradients and ``dx``.
+        """
+        b, fi, fo, w = self.bytes_per_element, self.in_dim, self.out_dim, self.width
+        dx = fi if self.needs_input_grad else 0
+        hidden = self.hidden
+        tail = (2 + (3 if self.batchnorm else 0)) * n * fo if hidden else 0
+        if self.kind == "gcn":
+            post, agg, pre = (2 if hidden else 1) * fo, fo, max(2 * fo, fo + dx)
+        elif self.kind == "sage":
+            agg_grad = fi if self.records else 0
+            post = (fo if hidden else 0) + dx + agg_grad
+            agg = dx + agg_grad
+            pre = dx if self.aggr != "pool" else 2 * fi + dx
+        else:
+            hc = self.heads * self.channels
+            post = fo if hidden else hc
+            agg = hc
+            pre = w + (w + self.heads) + 2 * hc + dx
+        return {"grad_tail": tail * b, "grad_post": n * post * b, "grad_agg": n * agg * b, "grad_pre": n * pre * b}
+
+    def shard_transient_bytes(self, edges: Number, n: Number, num_src: Number) -> Number:
         """Temporaries of one shard's forward aggregation (freed when the shard is done).
 
         Sum: ``addmm`` writes a new ``n x w`` state. Max: at most two ``E x w`` float tensors and the tie
         mask (1 byte) live at once (messages, the shard max gathered back per edge or the mask's cast),
-        plus four ``n x w`` tensors (shard max, ties, new best, new count). Unfused GAT: ``E x H``
-        scores/weights and two ``E x H x C`` message tensors.
+        plus four ``n x w`` tensors (shard max, ties, new best, new count). GAT through the kernels: the
+        contiguous copies of the strided inputs (``z``, ``s_src`` of the ``num_src`` rows, ``s_dst``);
+        unfused also, for one chunk of at most :data:`UNFUSED_CHUNK_EDGES` edges at a time, the per-edge
+        logits, weights (``3 E H``), gathered rows and their product (``2 E H C``) and the int64
+        destination of every edge. GAT under autograd: ``2 E H`` (the gathered
+        running max and the shifted logits); what it keeps is :meth:`shard_kept_bytes`.
         """
         b, w = self.bytes_per_element, self.agg_width_in
         if self.kind == "gat":
-            hc = self.heads * self.channels
-            return 0 * edges if self.fused else edges * (5 * self.heads + 2 * hc) * b
+            hc, heads = self.heads * self.channels, self.heads
+            if self.autograd:
+                return 2 * edges * heads * b + 0 * num_src
+            copies = (num_src * (hc + heads) + n * heads) * b
+            if self.fused:
+                return copies + 0 * edges
+            return copies + edge_chunks(edges)[0] * ((3 * heads + 2 * hc) * b + 8)
         if self.case == 1:
             return n * w * b + 0 * edges
         return edges * w * (2 * b + 1) + 4 * n * w * b
@@ -456,26 +543,37 @@ class LayerPlan:
 
         Max: the rebuilt messages, the weights autograd saves, and at a time two more ``E x w`` floats and
         two masks (the gathered best/count, the hit mask, then the gradient gather and product), plus two
-        ``n x w`` tensors.
+        ``n x w`` tensors. GAT through the kernels: the contiguous input copies and the kernel's outputs
+        (``2 num_src (HC + H)`` and ``2 n H``), the VJP's zeroed destination gradient ``n (HC + 2H)`` and
+        ``delta`` (``n H``); unfused also the accumulated source gradients and, per chunk, the recomputed
+        logits and weights (``5 E H``), the gathered output gradients, source rows and their product
+        (``3 E H C``) and the int64 edge destinations.
+        GAT under autograd: beyond the kept graph, which autograd releases node by node, the gradients of
+        the per-edge tensors (``2 E H C + 4 E H`` net of what is released, measured with memray) and of
+        the running state (``2 n H C``).
         """
         b, w = self.bytes_per_element, self.agg_width_in
         if self.case == 1:
             return 0 * edges  # the A_q^T g output is the gradient buffer itself, booked separately
-        if self.kind == "gat":  # each VJP also zeroes a gradient of the destination inputs
-            hc = self.heads * self.channels
-            dst_grad = n * (hc + 2 * self.heads) * b
+        if self.kind == "gat":
+            hc, heads = self.heads * self.channels, self.heads
+            if self.autograd:
+                return edges * (2 * hc + 4 * heads) * b + 2 * n * hc * b + 0 * num_src
+            kernel = (2 * num_src * (hc + heads) + n * (hc + 5 * heads)) * b
             if self.fused:
-                return 0 * edges + num_src * (hc + self.heads) * b + dst_grad
-            return edges * (6 * self.heads + 3 * hc) * b + dst_grad
+                return kernel + 0 * edges
+            # chunked: the accumulated source gradients beside each chunk's, and one chunk's edge tensors
+            return kernel + num_src * (hc + heads) * b + edge_chunks(edges)[0] * ((5 * heads + 3 * hc) * b + 8)
         return edges * w * (4 * b + 2) + 2 * n * w * b
 
     def shard_kept_bytes(self, edges: Number, n: Number) -> Number:
-        """What autograd keeps for one shard until backward (:meth:`keeps_edge_tensors`): the LeakyReLU input
-        and the exponentiated logits (``E x H``), the gathered source features (``E x H x C``) and the
-        shard's rescaling factors over the ``n`` destination rows (``n x H``)."""
+        """What autograd keeps for one shard until backward (:attr:`keeps_edge_tensors`), as memray shows
+        it: the gathered source rows (saved by the product) and the weighted messages (saved by
+        ``index_add``), ``2 E H C``; the LeakyReLU input and the exponentiated logits, ``2 E H``; the
+        shard's rescaling factors, ``n H``."""
         b = self.bytes_per_element
         hc = self.heads * self.channels
-        return edges * (2 * self.heads + hc) * b + n * self.heads * b
+        return edges * (2 * hc + 2 * self.heads) * b + n * self.heads * b
 
     def kernel_cache_bytes(self, edges: Number, num_src: Number) -> Number:
         """Fused GAT: the CSC transpose of a shard its backward kernel builds once and caches (int64)."""

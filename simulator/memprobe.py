@@ -4,8 +4,10 @@ Library code pages (MKL sparse, oneDNN, the kernels extension), allocator arenas
 structures appear after the engine measures its baseline (post-setup RSS) and stay, so they show up in
 every epoch's ``peak - baseline``. The probe mimics the engine's setup (one thread, glibc's mmap
 threshold lowered as ``sarlab.memory.tune_malloc`` does, a gloo all-reduce, a model and its optimizer),
-then runs each family once on a tiny input, forward and backward, and prints the RSS growth per family as
-one JSON line.
+then runs each family once on a tiny input, forward and backward, and records the RSS growth per family.
+It also measures the temporaries of the sparse CSR products beyond their output
+(:func:`sparse_transients`), which MKL allocates out of sight of the code. Prints one JSON line
+``{"first_use": {...}, "transients": {...}}``.
 """
 
 from __future__ import annotations
@@ -81,6 +83,19 @@ def _max_aggr() -> None:
 
 
 def _gat_unfused() -> None:
+    import kernels
+
+    n, deg, heads, ch = 2000, 8, 2, 8
+    col = torch.randint(0, n, (n * deg,)).view(n, deg).sort(1).values.reshape(-1)
+    rowptr = torch.arange(0, n * deg + 1, deg)
+    z, s_src, s_dst = torch.randn(n, heads, ch), torch.randn(n, heads), torch.randn(n, heads)
+    m, l, acc = kernels.gat_forward_shard(rowptr, col, s_dst, s_src, z, 0.2, backend="torch")
+    out = acc / l[..., None]
+    g = torch.randn_like(out)
+    kernels.gat_backward_shard(rowptr, col, s_dst, s_src, z, 0.2, m, l, g, (g * out).sum(-1), backend="torch")
+
+
+def _gat_autograd() -> None:
     n, deg, heads, ch = 2000, 8, 2, 8
     src = torch.randint(0, n, (n * deg,))
     dst = torch.repeat_interleave(torch.arange(n), deg)
@@ -111,8 +126,67 @@ PROBES = {
     "spmm": _spmm,
     "max_aggr": _max_aggr,
     "gat_unfused": _gat_unfused,
+    "gat_autograd": _gat_autograd,
     "gat_fused": _gat_fused,
 }
+
+
+def _status_bytes(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+def _peak_beyond(fn, out_bytes: int) -> float:
+    """Peak resident growth while ``fn()`` runs, beyond the ``out_bytes`` of its result (VmHWM reset)."""
+    fn()  # first call: lazy initialisation, code pages
+    extras = []
+    for _ in range(2):
+        before = _status_bytes("VmRSS")
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        result = fn()
+        extras.append(_status_bytes("VmHWM") - before - out_bytes)
+        del result
+    return float(min(extras))
+
+
+def sparse_transients() -> dict[str, float]:
+    """Temporaries of the sparse CSR products the engine's linear aggregations run, beyond their output.
+
+    Forward ``torch.sparse.addmm(state, A, X)`` and backward ``A^T @ G`` on shapes that vary the output
+    size and the edge count, fitted (non-negative least squares) to ``extra = a * output_bytes + c * edges``
+    (e.g. MKL's int32 copies of the index arrays per call, a dense temporary of the output). Keys:
+    ``spmm_fwd_out``, ``spmm_fwd_edge``, ``spmm_bwd_out``, ``spmm_bwd_edge``.
+    """
+    import numpy as np
+    from scipy.optimize import nnls
+
+    rows, fwd, bwd = [], [], []
+    for n, deg, f in ((40000, 8, 64), (40000, 32, 64), (40000, 8, 256), (20000, 32, 16)):
+        col = torch.randint(0, n, (n * deg,)).view(n, deg).sort(1).values.reshape(-1)
+        rowptr = torch.arange(0, n * deg + 1, deg)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            a = torch.sparse_csr_tensor(rowptr, col, torch.ones(col.numel()), size=(n, n))
+            at = a.t().to_sparse_csr()
+            x, state = torch.randn(n, f), torch.zeros(n, f)
+            out = n * f * 4
+            fwd.append(_peak_beyond(lambda a=a, x=x, s=state: torch.sparse.addmm(s, a, x), out))
+            bwd.append(_peak_beyond(lambda at=at, x=x: at @ x, out))
+        rows.append([float(out), float(n * deg)])
+    design = np.array(rows)
+    weights = 1.0 / design.sum(axis=1)  # relative residuals
+    coef_f, _ = nnls(design * weights[:, None], np.maximum(fwd, 0.0) * weights)
+    coef_b, _ = nnls(design * weights[:, None], np.maximum(bwd, 0.0) * weights)
+    return {
+        "spmm_fwd_out": float(coef_f[0]),
+        "spmm_fwd_edge": float(coef_f[1]),
+        "spmm_bwd_out": float(coef_b[0]),
+        "spmm_bwd_edge": float(coef_b[1]),
+    }
 
 
 def main() -> int:
@@ -125,7 +199,12 @@ def main() -> int:
         except Exception:  # noqa: BLE001 - a family that cannot run here is simply not measured
             continue
         result[name] = float(max(rss_bytes() - before, 0))
-    print(json.dumps(result), flush=True)
+    transients: dict[str, float] = {}
+    try:
+        transients = sparse_transients()
+    except OSError:  # VmHWM cannot be reset here (no /proc/self/clear_refs): not measured
+        pass
+    print(json.dumps({"first_use": result, "transients": transients}), flush=True)
     return 0
 
 

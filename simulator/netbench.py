@@ -1,7 +1,8 @@
 """Two-process gloo point-to-point benchmark on 127.0.0.1 (run as ``python -m simulator.netbench``).
 
 Rank 0 prints one JSON line: one-way times of a ping-pong per size, the time per message of a stream of
-back-to-back small messages, and the CPU time of posting one isend/irecv pair. Run as two separate
+back-to-back small messages, the CPU time of posting one isend/irecv pair, and the process CPU seconds per
+byte a rank sends or receives while both ranks exchange big buffers (loopback copies). Run as two separate
 interpreters (not multiprocessing) so that it works from pytest, notebooks and scripts alike.
 """
 
@@ -20,6 +21,14 @@ import torch.distributed as dist
 def run(rank: int, port: int, sizes: list[int], repeats: int, stream: int) -> dict | None:
     """Join the 2-rank gloo group and measure; rank 0 returns the results."""
     torch.set_num_threads(1)
+    try:  # the engine's malloc settings (sarlab.memory.tune_malloc): large buffers are fresh pages
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 1 << 17)
+        libc.mallopt(-1, 1 << 17)
+    except OSError:
+        pass
     dist.init_process_group(
         "gloo",
         init_method=f"tcp://127.0.0.1:{port}",
@@ -63,6 +72,21 @@ def run(rank: int, port: int, sizes: list[int], repeats: int, stream: int) -> di
             for work in works:
                 work.wait()
         result["call_s"] = statistics.median(calls[2:])
+        # CPU cost of moving bytes (loopback copies in gloo's threads): both ranks exchange big buffers at
+        # once, as the engine's rounds do; process CPU time over the bytes this rank sent and received
+        big = 8 << 20
+        send = torch.ones(big // 4)
+        dist.barrier()
+        cpu0 = time.process_time()
+        for _ in range(max(repeats // 2, 4)):
+            recv = torch.empty(big // 4)  # a fresh buffer per round, as the engine's rounds allocate
+            works = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, peer), dist.P2POp(dist.irecv, recv, peer)])
+            for work in works:
+                work.wait()
+            del recv
+        cpu = torch.tensor([(time.process_time() - cpu0) / (2.0 * big * max(repeats // 2, 4))], dtype=torch.float64)
+        dist.all_reduce(cpu)
+        result["cpu_s_per_byte"] = float(cpu[0]) / 2.0
         dist.barrier()
     finally:
         dist.destroy_process_group()

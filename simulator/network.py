@@ -26,8 +26,7 @@ Two implementations of the channels, with the same interface:
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,36 +37,74 @@ from simulator.costs import allreduce_seconds
 from simulator.profile import Link
 
 
-class Channel:
-    """A FIFO resource with ``capacity`` servers whose grants are callbacks (used for shared CPU cores).
+class SharedCores:
+    """Processor sharing of one host's cores among its workers' compute ops (as the OS time-slices them).
+
+    ``slots`` = cores / threads per worker. While ``k`` ops run on the host, op ``j`` progresses at
+
+    .. math::
+        \\rho_j(k) = \\frac{1 + (\\min(k, S) - 1)\\,\\eta_j}{k}
+
+    of its solo speed: up to ``S`` ops run side by side but share the memory system (``eta_j`` is the
+    efficiency of each extra co-located process for that op's mix, measured by calibration; 1 = no
+    interference), and beyond ``S`` they also take turns on the cores. An op of ``s`` solo seconds run
+    alone takes ``s``; the host's throughput never exceeds ``1 + (S - 1) eta``.
 
     Args:
-        capacity: number of holders at once.
+        env: the SimPy environment.
+        slots: ``S``, ops that can run at once without time slicing.
     """
 
-    __slots__ = ("capacity", "in_use", "waiting")
+    __slots__ = ("env", "slots", "jobs", "last", "generation")
 
-    def __init__(self, capacity: int = 1) -> None:
-        if capacity < 1:
-            raise ValueError("Channel capacity must be >= 1")
-        self.capacity = capacity
-        self.in_use = 0
-        self.waiting: deque[Callable[[], None]] = deque()
+    def __init__(self, env: simpy.Environment, slots: float) -> None:
+        if slots < 1:
+            raise ValueError("SharedCores needs at least one slot")
+        self.env, self.slots = env, float(slots)
+        self.jobs: list[list] = []  # [remaining solo seconds, eta, event]
+        self.last = 0.0
+        self.generation = 0
 
-    def acquire(self, grant: Callable[[], None]) -> None:
-        """Call ``grant()`` now if a server is free, else when one is released (first come, first served)."""
-        if self.in_use < self.capacity:
-            self.in_use += 1
-            grant()
-        else:
-            self.waiting.append(grant)
+    def _rate(self, eta: float, k: int) -> float:
+        return (1.0 + (min(k, self.slots) - 1.0) * eta) / k
 
-    def release(self) -> None:
-        """Free one server, handing it straight to the oldest waiter if there is one."""
-        if self.waiting:
-            self.waiting.popleft()()
-        else:
-            self.in_use -= 1
+    def _advance(self) -> None:
+        now = self.env.now
+        dt = now - self.last
+        if dt > 0 and self.jobs:
+            k = len(self.jobs)
+            for job in self.jobs:
+                job[0] -= dt * self._rate(job[1], k)
+        self.last = now
+
+    def run(self, seconds: float, eta: float) -> simpy.Event:
+        """An event that fires when an op of ``seconds`` solo seconds, started now, is done."""
+        self._advance()
+        done = self.env.event()
+        self.jobs.append([seconds, eta, done])
+        self._reschedule()
+        return done
+
+    def _reschedule(self) -> None:
+        self.generation += 1
+        if not self.jobs:
+            return
+        k = len(self.jobs)
+        wait = min(job[0] / self._rate(job[1], k) for job in self.jobs)
+        timer = self.env.timeout(max(wait, 0.0))
+        generation = self.generation
+        timer.callbacks.append(lambda _event: self._tick(generation))
+
+    def _tick(self, generation: int) -> None:
+        if generation != self.generation:  # superseded by a later arrival
+            return
+        self._advance()
+        tol = 1e-12 * max(1.0, self.env.now)
+        finished = [job for job in self.jobs if job[0] <= tol]
+        self.jobs = [job for job in self.jobs if job[0] > tol]
+        for job in finished:
+            job[2].succeed()
+        self._reschedule()
 
 
 class Calendar:

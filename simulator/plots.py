@@ -121,9 +121,10 @@ def scaling_plot(summary: pd.DataFrame, path: str | Path, title: str = "") -> Pa
 
 
 def validation_plot(table: pd.DataFrame, path: str | Path, title: str = "") -> Path:
-    """Predicted against measured epoch time and peak memory (log-log, with the y = x line)."""
+    """Predicted against measured epoch time and peak memory (log-log, y = x and +-10 % lines); colour is
+    the model, marker the mode, size the worker count."""
     plt = _pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.4))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.8))
     pairs = (
         ("measured_epoch_time_s", "predicted_epoch_time_s", "epoch time (s)"),
         (
@@ -132,21 +133,31 @@ def validation_plot(table: pd.DataFrame, path: str | Path, title: str = "") -> P
             "peak above baseline (MiB)",
         ),
     )
+    aggr = table["aggr"].astype(str) if "aggr" in table else pd.Series("mean", index=table.index)
+    models = table["model"].astype(str) + np.where(table["model"].astype(str).eq("sage"), "-" + aggr, "")
+    colours = {m: f"C{i}" for i, m in enumerate(sorted(set(models)))}
+    markers = {"sar": "o", "sar+fused": "D", "sa": "s", "oneshot": "^"}
+    workers = table["workers"].to_numpy(float)
     for ax, (mx, px, name) in zip(axes, pairs, strict=False):
         scale = 2**20 if "bytes" in mx else 1.0
         meas, pred = table[mx].to_numpy(float) / scale, table[px].to_numpy(float) / scale
         ok = np.isfinite(meas) & np.isfinite(pred) & (meas > 0) & (pred > 0)
-        for mode, marker in (("sar", "o"), ("sa", "s"), ("oneshot", "^")):
-            sel = ok & (table["mode"].to_numpy() == mode)
-            ax.scatter(meas[sel], pred[sel], marker=marker, label=mode, alpha=0.8)
+        for model, colour in colours.items():
+            for mode, marker in markers.items():
+                sel = ok & (models.to_numpy() == model) & (table["mode"].astype(str).to_numpy() == mode)
+                if sel.any():
+                    ax.scatter(meas[sel], pred[sel], marker=marker, color=colour, s=12 + 6 * workers[sel],
+                               label=f"{model} {mode}", alpha=0.8)
         if ok.any():
-            lo, hi = min(meas[ok].min(), pred[ok].min()) / 1.5, max(meas[ok].max(), pred[ok].max()) * 1.5
+            lo, hi = min(meas[ok].min(), pred[ok].min()) / 1.3, max(meas[ok].max(), pred[ok].max()) * 1.3
             ax.plot([lo, hi], [lo, hi], "k--", linewidth=0.8)
+            for f in (0.9, 1.1):
+                ax.plot([lo, hi], [lo * f, hi * f], "k:", linewidth=0.6)
             ax.set_xscale("log")
             ax.set_yscale("log")
         ax.set_xlabel(f"measured {name}")
         ax.set_ylabel(f"predicted {name}")
-        ax.legend(fontsize=8)
+    axes[1].legend(fontsize=7, ncol=2, loc="upper left")
     fig.suptitle(title or "simulator: predicted vs measured")
     fig.tight_layout()
     path = Path(path)

@@ -19,10 +19,14 @@ OP_UNITS: dict[str, str] = {
     "gemm": "FLOP (2*m*k*n per dense product)",
     "spmm": "edge*feature (sum aggregation over a CSR shard)",
     "max_aggr": "edge*feature (gather + scatter_reduce amax)",
-    "gat_unfused": "edge*head*channel (edge-wise torch ops: scores, softmax, weighted scatter)",
+    "gat_unfused": "edge*head*channel (the streamed torch attention kernels of one shard, sar)",
     "gat_fused": "edge*head*channel (fused attention kernel over one shard)",
+    "gat_autograd": "edge*head*channel (edge-wise attention under torch autograd: sa, oneshot, one worker)",
     "elementwise": "byte moved (read + write)",
 }
+
+#: families a profile may lack (priced as ``gat_unfused`` then)
+OPTIONAL_OPS = ("gat_fused", "gat_autograd")
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,11 @@ class OpCost:
         parallel_eff: efficiency ``eta`` of each extra thread (1 = linear speed-up, 0 = none).
         row_rate: row*feature units per second of the op's dense output (sparse families write a whole
             ``n x w`` state per shard); ``None`` = no such term.
+        share_eff: efficiency of each extra single-thread *process* running this op on the same host at
+            the same time (they share the memory system): ``S`` such processes together do
+            ``1 + (S-1) share_eff`` times the work of one; ``None`` = ``parallel_eff``.
+        mem_rate: work units per second of the edge work when the rows it gathers at random come from
+            memory rather than the last-level cache (:attr:`Profile.llc_bytes`); ``None`` = ``rate`` always.
     """
 
     rate: float
@@ -49,6 +58,8 @@ class OpCost:
     bwd_ratio: float = 2.0
     parallel_eff: float = 0.8
     row_rate: float | None = None
+    share_eff: float | None = None
+    mem_rate: float | None = None
 
     def __post_init__(self) -> None:
         if not (self.rate > 0):
@@ -57,6 +68,15 @@ class OpCost:
             raise ValueError(f"OpCost.row_rate must be > 0 or None, got {self.row_rate}")
         if self.overhead_s < 0 or self.bwd_ratio < 0 or not (0 <= self.parallel_eff <= 1):
             raise ValueError("OpCost needs overhead_s >= 0, bwd_ratio >= 0 and 0 <= parallel_eff <= 1")
+        if self.mem_rate is not None and not (self.mem_rate > 0):
+            raise ValueError(f"OpCost.mem_rate must be > 0 or None, got {self.mem_rate}")
+        if self.share_eff is not None and not (0 <= self.share_eff <= 1):
+            raise ValueError(f"OpCost.share_eff must be in [0, 1] or None, got {self.share_eff}")
+
+    @property
+    def process_eff(self) -> float:
+        """``share_eff``, or ``parallel_eff`` where co-located processes were not measured."""
+        return self.parallel_eff if self.share_eff is None else self.share_eff
 
     def speedup(self, threads: float) -> float:
         """:math:`s(T) = 1 + (T-1)\\eta`."""
@@ -109,16 +129,25 @@ class Profile:
 
     Args:
         name: short name (``local``, ``icelake-hdr200``...).
-        ops: :class:`OpCost` per op family (keys of :data:`OP_UNITS`; ``gat_fused`` may be absent).
+        ops: :class:`OpCost` per op family (keys of :data:`OP_UNITS`; :data:`OPTIONAL_OPS` may be absent).
         inter_host: link between workers on different hosts.
         intra_host: link between workers on the same host (loopback / shared memory).
         cores_per_host: physical cores of one host.
         workers_per_host: default placement (``0`` = all workers on one host).
         p2p_call_s: CPU time of posting one exchange (building and launching the isend/irecv pair).
+        p2p_cpu_s_per_byte: CPU seconds a worker's process spends per byte it sends or receives (loopback
+            copies in the communication threads); charged to its host's shared cores when co-located
+            workers share them (0 = the NIC moves the bytes).
         mem_overhead_factor: measured resident bytes per tensor byte (allocator + page rounding).
         first_use_bytes: resident bytes an op family adds the first time a process runs it (library code
             pages, allocator arenas), measured by :mod:`simulator.memprobe`; ``autograd`` is recorded
             for information but not added (the engine's setup already touches most of that code).
+        transient_bytes: temporaries of the sparse CSR products beyond their output, measured by
+            :func:`simulator.memprobe.sparse_transients`: ``spmm_{fwd,bwd}_out`` (bytes per output byte) and
+            ``spmm_{fwd,bwd}_edge`` (bytes per edge); empty = none.
+        llc_bytes: effective last-level cache of one worker for random row gathers (fitted by calibration:
+            a gather from a matrix of ``G`` bytes hits with probability ``min(1, llc / G)``); 0 = no cache
+            model.
         mem_per_host_bytes: memory of one host (for "does it fit" reports; 0 = unknown).
         dtype_slowdown: compute-time multiplier per dtype relative to float32.
         notes: free-text provenance (how each number was obtained or assumed).
@@ -132,8 +161,11 @@ class Profile:
     cores_per_host: int
     workers_per_host: int = 0
     p2p_call_s: float = 0.0
+    p2p_cpu_s_per_byte: float = 0.0
     mem_overhead_factor: float = 1.0
     first_use_bytes: dict[str, float] = field(default_factory=dict)
+    transient_bytes: dict[str, float] = field(default_factory=dict)
+    llc_bytes: float = 0.0
     mem_per_host_bytes: int = 0
     dtype_slowdown: dict[str, float] = field(
         default_factory=lambda: {"float32": 1.0, "float64": 2.0, "bfloat16": 1.0, "float16": 1.0}
@@ -142,15 +174,16 @@ class Profile:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        missing = [k for k in OP_UNITS if k not in self.ops and k != "gat_fused"]
+        missing = [k for k in OP_UNITS if k not in self.ops and k not in OPTIONAL_OPS]
         if missing:
             raise ValueError(f"profile {self.name!r} lacks op costs for {missing}; re-run `sarlab calibrate`")
         if self.cores_per_host < 1 or self.workers_per_host < 0:
             raise ValueError("cores_per_host must be >= 1 and workers_per_host >= 0")
 
     def op(self, name: str) -> OpCost:
-        """The cost of op family ``name``; ``gat_fused`` falls back to ``gat_unfused`` when not measured."""
-        if name == "gat_fused" and name not in self.ops:
+        """The cost of op family ``name``; ``gat_fused`` and ``gat_autograd`` fall back to ``gat_unfused``
+        when not measured."""
+        if name in OPTIONAL_OPS and name not in self.ops:
             return self.ops["gat_unfused"]
         return self.ops[name]
 
@@ -188,8 +221,11 @@ class Profile:
             "cores_per_host": int(d["cores_per_host"]),
             "workers_per_host": int(d.get("workers_per_host", 0)),
             "p2p_call_s": float(d.get("p2p_call_s", 0.0)),
+            "p2p_cpu_s_per_byte": float(d.get("p2p_cpu_s_per_byte", 0.0)),
             "mem_overhead_factor": float(d.get("mem_overhead_factor", 1.0)),
             "first_use_bytes": {k: float(v) for k, v in d.get("first_use_bytes", {}).items()},
+            "transient_bytes": {k: float(v) for k, v in d.get("transient_bytes", {}).items()},
+            "llc_bytes": float(d.get("llc_bytes", 0.0)),
             "mem_per_host_bytes": int(d.get("mem_per_host_bytes", 0)),
             "notes": tuple(d.get("notes", ())),
             "meta": dict(d.get("meta", {})),
@@ -258,7 +294,14 @@ def icelake_hdr200() -> Profile:
             row_rate=row_rate / 4,
             parallel_eff=eff_for_cap(per_core_spmm / 4.0, node_stream_Bps / 32.0),
         ),
-        "gat_unfused": OpCost(
+        "gat_unfused": OpCost(  # streamed torch kernels: the backward recomputes the attention first
+            rate=per_core_spmm / 8.0,
+            overhead_s=200e-6,
+            bwd_ratio=3.0,
+            row_rate=row_rate,
+            parallel_eff=eff_for_cap(per_core_spmm / 8.0, node_stream_Bps / 64.0),
+        ),
+        "gat_autograd": OpCost(
             rate=per_core_spmm / 8.0,
             overhead_s=200e-6,
             bwd_ratio=2.0,
@@ -284,7 +327,7 @@ def icelake_hdr200() -> Profile:
         "gemm: 60% of fp32 peak per core (2 FMA x 16 lanes x 2 FLOP x 2.4 GHz), 85% thread efficiency.",
         "memory: 2 x 204.8 GB/s DDR4-3200 theoretical, 70% sustained per node, 12 GB/s per core;",
         "sparse ops are capped by node bandwidth at ~8 B per edge*feature (sum), 32 B (max),",
-        "64 B (unfused GAT);",
+        "64 B (unfused GAT; its streamed backward recomputes the attention: 3x the forward, autograd's 2x);",
         "each shard also rewrites its n x w state at 12 B per row*feature.",
         "network: HDR InfiniBand 200 Gb/s = 25 GB/s per direction, 80% effective; 5 us per message.",
         "one worker per node, all 72 cores as threads; 256 GB per node.",
@@ -313,7 +356,8 @@ def reference_laptop() -> Profile:
         "gemm": OpCost(rate=50e9, overhead_s=10e-6, bwd_ratio=2.0, parallel_eff=0.9),
         "spmm": OpCost(rate=0.5e9, overhead_s=20e-6, bwd_ratio=1.2, parallel_eff=0.8, row_rate=0.4e9),
         "max_aggr": OpCost(rate=0.1e9, overhead_s=100e-6, bwd_ratio=3.0, parallel_eff=0.7, row_rate=0.1e9),
-        "gat_unfused": OpCost(rate=0.08e9, overhead_s=300e-6, bwd_ratio=2.0, parallel_eff=0.7, row_rate=0.4e9),
+        "gat_unfused": OpCost(rate=0.08e9, overhead_s=300e-6, bwd_ratio=3.0, parallel_eff=0.7, row_rate=0.4e9),
+        "gat_autograd": OpCost(rate=0.08e9, overhead_s=300e-6, bwd_ratio=2.0, parallel_eff=0.7, row_rate=0.4e9),
         "elementwise": OpCost(rate=5e9, overhead_s=5e-6, bwd_ratio=1.5, parallel_eff=0.5),
     }
     return Profile(

@@ -2,8 +2,9 @@
 
 Measured values are summarised as ``sarlab bench engine`` does: per epoch the slowest rank's epoch
 time, then the median over the measured epochs (epoch 0 is warm-up when there are later ones); the peak
-is the largest ``peak_mem_bytes - baseline_mem_bytes`` over ranks and measured epochs. The prediction
-error of a quantity is ``predicted / measured - 1``.
+is the largest ``peak_mem_bytes - baseline_mem_bytes`` over ranks and measured epochs. The spread of the
+measured epochs, ``(max - min) / median``, says how much a time can be trusted. The prediction error of a
+quantity is ``predicted / measured - 1``.
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ def summarize_measured(df: pd.DataFrame, warmup: int = 1) -> pd.DataFrame:
         per_epoch.groupby(keys, dropna=False)
         .agg(
             measured_epoch_time_s=("epoch_time_s", "median"),
+            measured_epoch_spread=("epoch_time_s", lambda t: (t.max() - t.min()) / t.median() if len(t) else math.nan),
             measured_peak_above_baseline_bytes=("peak", "max"),
             measured_comm_wait_s=("comm_wait_s", "median"),
             measured_bytes_sent=("bytes_sent", "median"),
@@ -155,16 +157,25 @@ def stats_for(row: pd.Series) -> PartitionStats:
     )
 
 
+def split_mode(mode: str) -> tuple[str, str]:
+    """``sar+fused`` -> (``sar``, ``fused``): ``sarlab bench engine`` labels GAT variants in the mode column."""
+    base, _, variant = str(mode).partition("+")
+    return base, variant
+
+
 def model_for(row: pd.Series) -> ModelSpec:
-    """The :class:`ModelSpec` of a record's configuration columns."""
-    heads = int(row.get("heads") or 1) if row["model"] == "gat" else 1
+    """The :class:`ModelSpec` of a record's configuration columns (GAT: fused from ``fused`` or the
+    ``+fused`` mode suffix)."""
+    gat = row["model"] == "gat"
+    heads = int(row.get("heads") or 1) if gat else 1
+    fused = gat and (bool(row.get("fused")) or split_mode(row["mode"])[1] == "fused")
     return ModelSpec(
         model=str(row["model"]),
         layers=int(row["layers"]),
         hidden=int(row["hidden"]),
         heads=heads,
         aggr=str(row.get("aggr") or "mean"),
-        fused=bool(row.get("fused")),
+        fused=fused,
         batchnorm=bool(row.get("batchnorm")),
         dropout=float(row.get("dropout") or 0.0),
         dtype=str(row.get("dtype") or "float32"),
@@ -185,7 +196,7 @@ def validate(
         stats = stats_for(row)
         model = model_for(row)
         threads = float(row["threads"]) if float(row.get("threads") or 0) > 0 else None
-        run = RunSpec(mode=str(row["mode"]), prefetch=int(row["prefetch"]), threads=threads)
+        run = RunSpec(mode=split_mode(row["mode"])[0], prefetch=int(row["prefetch"]), threads=threads)
         result = simulate_epoch(stats, model, run, profile)
         pred_t = float(result.epoch_time_s.max())
         pred_m = float(result.peak_above_baseline_bytes.max())
@@ -202,7 +213,7 @@ def validate(
         rows.append(out)
         if progress is not None:
             progress(
-                f"[{i + 1}/{len(measured)}] {model.label():10s} {run.mode:8s} N={int(row['workers']):<3d} "
+                f"[{i + 1}/{len(measured)}] {model.label():10s} {row['mode']:10s} N={int(row['workers']):<3d} "
                 f"time {pred_t:.4g}s vs {row['measured_epoch_time_s']:.4g}s ({out['time_error']:+.0%}), "
                 f"peak {pred_m / 2**20:.1f} vs {row['measured_peak_above_baseline_bytes'] / 2**20:.1f} MiB "
                 f"({out['memory_error']:+.0%})"
@@ -222,3 +233,29 @@ def error_summary(table: pd.DataFrame) -> dict[str, float]:
         "median_abs_time_error": med("time_error"),
         "median_abs_memory_error": med("memory_error"),
     }
+
+
+def markdown_table(table: pd.DataFrame) -> str:
+    """The validation table as Markdown: one row per configuration, times in s, memory in MiB, errors."""
+    cols = ["model", "mode", "workers", "time meas (s)", "epoch spread", "time pred (s)", "time err",
+            "wait meas (s)", "wait pred (s)", "peak meas (MiB)", "peak pred (MiB)", "peak err"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    order = table.assign(_m=table["model"].astype(str)).sort_values(["_m", "workers", "mode"])
+    for _, r in order.iterrows():
+        model = f"sage-{r['aggr']}" if r["model"] == "sage" else str(r["model"])
+        cells = [
+            model,
+            str(r["mode"]),
+            str(int(r["workers"])),
+            f"{r['measured_epoch_time_s']:.2f}",
+            f"{r.get('measured_epoch_spread', math.nan):.0%}",
+            f"{r['predicted_epoch_time_s']:.2f}",
+            f"{r['time_error']:+.1%}",
+            f"{r['measured_comm_wait_s']:.2f}",
+            f"{r['predicted_comm_wait_s']:.2f}",
+            f"{r['measured_peak_above_baseline_bytes'] / 2**20:.0f}",
+            f"{r['predicted_peak_above_baseline_bytes'] / 2**20:.0f}",
+            f"{r['memory_error']:+.1%}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

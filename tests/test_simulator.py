@@ -174,10 +174,11 @@ def _tail(t_ready: list[float], params: int, prof: Profile) -> float:
     return max(t_ready) + grad + loss
 
 
+@pytest.mark.parametrize("latency", [1e-3, 1e-5])  # messages slower / faster than the local shard
 @pytest.mark.parametrize("mode", ["sar", "sa", "oneshot"])
-def test_hand_timeline_gcn(mode):
+def test_hand_timeline_gcn(mode, latency):
     """GCN, 1 layer, 2 workers: GEMM, local shard, one exchange, remote shard; backward returns gradients."""
-    prof, st = hand_profile(), two_parts()
+    prof, st = hand_profile(latency=latency), two_parts()
     n, E, H, F, C = [100, 60], [[300, 50], [40, 200]], [[0, 20], [30, 0]], 8, 4
     gemm = [2 * n[p] * F * C / 1e9 for p in (0, 1)]
     spmm = [[E[p][q] * C / 1e6 for q in (0, 1)] for p in (0, 1)]
@@ -187,12 +188,15 @@ def test_hand_timeline_gcn(mode):
         post = max(gemm)  # the exchange goes out right after the GEMM
         fwd_end = [post + deliver + (spmm[p][0] + spmm[p][1]) for p in (0, 1)]
         grad_post = [fwd_end[p] + 2 * (spmm[p][0] + spmm[p][1]) for p in (0, 1)]
-    else:
-        post = max(gemm[p] + spmm[p][p] for p in (0, 1))  # sar/sa: local shard first
-        fwd_end = [post + deliver + spmm[p][1 - p] for p in (0, 1)]
-        grad_post = [fwd_end[p] + 2 * spmm[p][p] + 2 * spmm[p][1 - p] for p in (0, 1)]
-    grads_in = max(grad_post) + deliver  # the gradient messages have the mirrored sizes
-    end = _tail([grads_in + gemm[p] for p in (0, 1)], F * C + C, prof)
+        ready = [max(grad_post) + deliver] * 2
+    else:  # sar/sa: the fetch is posted after the GEMM and overlaps the local shard
+        post = max(gemm)
+        fwd_end = [max(post + deliver, gemm[p] + spmm[p][p]) + spmm[p][1 - p] for p in (0, 1)]
+        # case 1 backward: the remote gradient A^T g is computed and sent first, the local shard overlaps it
+        grad_post = [fwd_end[p] + 2 * spmm[p][1 - p] for p in (0, 1)]
+        grads_in = max(grad_post) + deliver  # the gradient messages have the mirrored sizes
+        ready = [max(grads_in, grad_post[p] + 2 * spmm[p][p]) for p in (0, 1)]
+    end = _tail([ready[p] + gemm[p] for p in (0, 1)], F * C + C, prof)
     model = ModelSpec("gcn", layers=1, hidden=4, batchnorm=False, dropout=0.0)
     res = run1(st, model, mode, prof)
     assert res.epoch_time_s == pytest.approx([end, end], rel=1e-12)
@@ -204,10 +208,12 @@ def test_hand_timeline_gcn(mode):
     assert res.bytes_sent[0] == pytest.approx(sent0)
 
 
+@pytest.mark.parametrize("latency", [1e-3, 1e-5])  # messages slower / faster than the local shard
 @pytest.mark.parametrize("mode", ["sar", "sa", "oneshot"])
-def test_hand_timeline_gat(mode):
-    """GAT (case 2), 1 layer, 2 workers: sar re-fetches and recomputes in backward; sa/oneshot do neither."""
-    prof, st = hand_profile(), two_parts()
+def test_hand_timeline_gat(mode, latency):
+    """GAT (case 2), 1 layer, 2 workers: sar re-fetches in backward (its backward kernel recomputes the
+    attention, priced by the family's backward ratio); sa/oneshot keep the rows."""
+    prof, st = hand_profile(latency=latency), two_parts()
     n, E, H, F, C, rho = [100, 60], [[300, 50], [40, 200]], [[0, 20], [30, 0]], 8, 4, 2.5
     gemm = [2 * n[p] * F * C / 1e9 for p in (0, 1)]
     att = [[E[p][q] * C / 2e5 for q in (0, 1)] for p in (0, 1)]  # one head of C channels
@@ -217,14 +223,14 @@ def test_hand_timeline_gat(mode):
         post = max(gemm)
         fwd_end = [post + deliver + att[p][0] + att[p][1] for p in (0, 1)]
         grad_post = [fwd_end[p] + rho * (att[p][0] + att[p][1]) for p in (0, 1)]
-    else:
-        post = max(gemm[p] + att[p][p] for p in (0, 1))
-        fwd_end = [post + deliver + att[p][1 - p] for p in (0, 1)]
+    else:  # the fetch is posted after the GEMM and overlaps the local shard
+        post = max(gemm)
+        fwd_end = [max(post + deliver, gemm[p] + att[p][p]) + att[p][1 - p] for p in (0, 1)]
         if mode == "sa":
             grad_post = [fwd_end[p] + rho * (att[p][p] + att[p][1 - p]) for p in (0, 1)]
-        else:  # sar: recompute + backward of the local shard, re-fetch, recompute + backward of the other
-            refetch = max(fwd_end[p] + (1 + rho) * att[p][p] for p in (0, 1))
-            grad_post = [refetch + deliver + (1 + rho) * att[p][1 - p] for p in (0, 1)]
+        else:  # sar: the re-fetch is posted first and overlaps the local shard's backward (which recomputes)
+            refetch = max(fwd_end)
+            grad_post = [max(refetch + deliver, fwd_end[p] + rho * att[p][p]) + rho * att[p][1 - p] for p in (0, 1)]
     grads_in = max(grad_post) + deliver
     end = _tail([grads_in + gemm[p] for p in (0, 1)], F * C + 3 * C, prof)
     model = ModelSpec("gat", layers=1, hidden=4, heads=1, batchnorm=False, dropout=0.0)
@@ -603,11 +609,139 @@ def test_first_use_memory_probe():
     """The probe runs in a fresh interpreter and reports a non-negative RSS growth per op family."""
     from simulator.calibrate import Calibration, bench_first_use
 
-    result = bench_first_use(Calibration(quick=True))
+    result, transients = bench_first_use(Calibration(quick=True))
     assert {"autograd", "spmm", "max_aggr", "gat_unfused"} <= set(result)
     assert all(v >= 0 for v in result.values())
+    if transients:  # measured where VmHWM can be reset
+        assert set(transients) == {"spmm_fwd_out", "spmm_fwd_edge", "spmm_bwd_out", "spmm_bwd_edge"}
+        assert all(v >= 0 for v in transients.values())
     prof = replace(hand_profile(), first_use_bytes={"spmm": 1e6, "max_aggr": 5e6, "autograd": 7e6})
     st = estimate_partition(1000, 10000, 2, 8, 4)
     plain = simulate_epoch(st, ModelSpec("gcn", layers=2, hidden=8), RunSpec(), hand_profile())
     probed = simulate_epoch(st, ModelSpec("gcn", layers=2, hidden=8), RunSpec(), prof)
     assert probed.start_bytes - plain.start_bytes == pytest.approx([1e6, 1e6])  # spmm only
+
+
+def test_processor_sharing_by_hand():
+    """SharedCores: ops share the host's slots; each extra co-located op costs (1 - eta) of a slot."""
+    import simpy
+
+    from simulator.network import SharedCores
+
+    def finish_times(slots, eta, jobs):
+        env = simpy.Environment()
+        cores = SharedCores(env, slots)
+        done = {}
+
+        def job(name, start, seconds):
+            yield env.timeout(start)
+            yield cores.run(seconds, eta)
+            done[name] = env.now
+
+        for name, start, seconds in jobs:
+            env.process(job(name, start, seconds))
+        env.run()
+        return done
+
+    # two 1 s ops on 2 slots that interfere (eta 0.5): each runs at 1.5 / 2 of its solo speed
+    assert finish_times(2, 0.5, [("a", 0, 1.0), ("b", 0, 1.0)]) == pytest.approx({"a": 4 / 3, "b": 4 / 3})
+    # three ops on 2 slots without interference: each gets 2/3 of a core
+    assert finish_times(2, 1.0, [("a", 0, 1.0), ("b", 0, 1.0), ("c", 0, 1.0)]) == pytest.approx(
+        {"a": 1.5, "b": 1.5, "c": 1.5}
+    )
+    # one slot, time-sliced: a runs alone for 0.5 s, then a and b at half speed until a ends at 1.5,
+    # then b alone (0.5 s done, 0.5 s left) until 2.0
+    assert finish_times(1, 1.0, [("a", 0, 1.0), ("b", 0.5, 1.0)]) == pytest.approx({"a": 1.5, "b": 2.0})
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage-max", "gat", "gat-fused"])
+def test_one_worker_runs_one_shard_whatever_the_mode(model):
+    """With one worker the engine takes the single-shard path in every mode: same time, same memory, no
+    exchange and no extended row copy."""
+    st = estimate_partition(3000, 30000, 1, 16, 4)
+    spec = parse_model(model, ModelSpec(layers=2, hidden=32, heads=2))
+    runs = {m: simulate_epoch(st, spec, RunSpec(mode=m), hand_profile()) for m in ("sar", "sa", "oneshot")}
+    for m in ("sa", "oneshot"):
+        assert runs[m].epoch_time_s == pytest.approx(runs["sar"].epoch_time_s, rel=1e-12)
+        assert runs[m].peak_above_baseline_bytes == pytest.approx(runs["sar"].peak_above_baseline_bytes)
+    assert runs["sar"].bytes_sent[0] == 0 and runs["sar"].messages == 0
+
+
+def test_loopback_copies_take_shared_cores():
+    """Where workers share a host's cores, the CPU time of moving their bytes competes with compute; on
+    hosts of their own it does not."""
+    st = estimate_partition(4000, 40000, 4, 16, 4, edge_cut=0.3)
+    spec = ModelSpec("gcn", layers=2, hidden=16, batchnorm=False, dropout=0.0)
+    base = replace(hand_profile(), cores_per_host=2)
+    copying = replace(base, p2p_cpu_s_per_byte=1e-6)
+    run = RunSpec(mode="sar", threads=1)
+    assert simulate_epoch(st, spec, run, copying).epoch_time_s.max() > simulate_epoch(
+        st, spec, run, base
+    ).epoch_time_s.max()
+    alone = RunSpec(mode="sar", threads=1, workers_per_host=1)
+    assert simulate_epoch(st, spec, alone, copying).epoch_time_s == pytest.approx(
+        simulate_epoch(st, spec, alone, base).epoch_time_s, rel=1e-12
+    )
+
+
+def test_sparse_product_temporaries_raise_the_peak_by_hand():
+    """GCN, 1 layer, 1 worker, nothing else alive at the backward's peak but the known tensors: the measured
+    temporaries of ``A^T g`` (bytes per output byte and per edge) add exactly to the predicted peak."""
+    st = estimate_partition(1000, 10000, 1, 8, 4)
+    spec = ModelSpec("gcn", layers=1, hidden=4, batchnorm=False, dropout=0.0)
+    plain = simulate_epoch(st, spec, RunSpec(), hand_profile())
+    extra = {"spmm_fwd_out": 0.0, "spmm_fwd_edge": 0.0, "spmm_bwd_out": 1.0, "spmm_bwd_edge": 4.0}
+    probed = simulate_epoch(st, spec, RunSpec(), replace(hand_profile(), transient_bytes=extra))
+    out_bytes = 1000 * 4 * 4  # A^T g: n rows of 4 floats
+    assert probed.peak_above_baseline_bytes[0] - plain.peak_above_baseline_bytes[0] == pytest.approx(
+        1.0 * out_bytes + 4.0 * st.edges_per_shard[0, 0]
+    )
+
+
+def test_cache_model_by_hand_and_its_fit():
+    """Gathers from a matrix of G bytes hit the last-level cache L with probability min(1, L/G); the rest
+    run at mem_rate. The calibration's fit recovers L and mem_rate from such timings."""
+    from simulator.calibrate import fit_cache
+
+    spmm = OpCost(rate=2e9, overhead_s=0.0, bwd_ratio=1.0, parallel_eff=1.0, mem_rate=5e8)
+    prof = replace(hand_profile(), ops={**hand_profile().ops, "spmm": spmm}, llc_bytes=100e6)
+    cm = CostModel(prof, threads=1)
+    assert cm.op_seconds(Op("spmm", 1e9, gather_bytes=50e6)) == pytest.approx(0.5)  # all hits
+    # G = 400 MB: a quarter hits
+    assert cm.op_seconds(Op("spmm", 1e9, gather_bytes=400e6)) == pytest.approx(0.25 * 0.5 + 0.75 * 2.0)
+    assert CostModel(replace(prof, llc_bytes=0.0), threads=1).op_seconds(
+        Op("spmm", 1e9, gather_bytes=400e6)
+    ) == pytest.approx(0.5)
+    gathered = [16e6, 64e6, 256e6, 1024e6]
+    work = [1e8, 4e8, 16e8, 64e8]
+    secs = [float(cm.op_seconds(Op("spmm", w_, gather_bytes=g))) for w_, g in zip(work, gathered)]
+    llc, mem_rate = fit_cache(work, secs, gathered, 2e9)
+    assert llc == pytest.approx(100e6, rel=0.1) and mem_rate == pytest.approx(5e8, rel=0.05)
+    assert fit_cache(work, [w_ / 2e9 for w_ in work], gathered, 2e9) == (0.0, 2e9)
+
+
+def test_unfused_gat_sar_chunks_bound_the_per_edge_memory():
+    """The engine streams unfused GAT shards in chunks of UNFUSED_CHUNK_EDGES edges: beyond one chunk a
+    shard's per-edge temporaries stop growing, so sar's peak does too; sa keeps the autograd graph of every
+    edge, so its peak grows with the edges."""
+    from simulator.layers import UNFUSED_CHUNK_EDGES
+
+    def peak(local_edges, mode):
+        st = PartitionStats(
+            graph="two",
+            num_nodes=20000,
+            num_edges=2 * local_edges + 2000,
+            feature_dim=8,
+            num_classes=4,
+            train_nodes=0,
+            nodes_per_part=np.array([10000, 10000]),
+            edges_per_shard=np.array([[local_edges, 1000], [1000, local_edges]]),
+            halo_rows=np.array([[0, 500], [500, 0]]),
+        )
+        spec = ModelSpec("gat", layers=1, hidden=4, heads=1, batchnorm=False, dropout=0.0)
+        return simulate_epoch(st, spec, RunSpec(mode=mode), hand_profile()).peak_above_baseline_bytes.max()
+
+    big, bigger = 2 * UNFUSED_CHUNK_EDGES, 4 * UNFUSED_CHUNK_EDGES
+    assert peak(bigger, "sar") == pytest.approx(peak(big, "sar"))
+    assert peak(UNFUSED_CHUNK_EDGES // 4, "sar") < peak(big, "sar")
+    assert peak(bigger, "sa") > peak(big, "sa") + (bigger - big) * 2 * 4  # at least 2 floats per edge kept

@@ -1,0 +1,128 @@
+"""`sarlab reproduce --quick`: every figure with its CSV, manifests that say measured or simulated, a second
+run that does nothing, --force and changed parameters that re-run a step.
+
+The quick run is a subprocess with a timeout; its output is shown when it fails or hangs.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import ROOT
+
+FIGURES = {"fig2": {"measured"}, "fig3": {"measured", "simulated"}, "fig4": {"measured", "simulated"},
+           "fig5": {"simulated"}, "fig6": {"simulated"}}
+STEPS = ("fig2", "fig3_fig4", "fig5_fig6")
+
+
+def reproduce(args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """Run ``sarlab reproduce ARGS``; fail with its output on a non-zero exit or a timeout."""
+    cmd = [sys.executable, "-m", "real.reproduce", *args]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    except subprocess.TimeoutExpired as err:
+        pytest.fail(f"`sarlab reproduce {' '.join(args)}` did not finish in {timeout}s\n"
+                    f"stdout:\n{err.stdout}\nstderr:\n{err.stderr}")
+    if res.returncode != 0:
+        pytest.fail(f"`sarlab reproduce {' '.join(args)}` exited {res.returncode}\n"
+                    f"stdout:\n{res.stdout[-20000:]}\nstderr:\n{res.stderr[-20000:]}")
+    return res
+
+
+def summary(path: Path) -> dict[str, dict]:
+    return {s["step"]: s for s in json.loads(path.read_text())["steps"]}
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    out = tmp_path_factory.mktemp("reproduce")
+    start = time.perf_counter()
+    res = reproduce(["--quick", "--out", str(out), "--json", str(out / "first.json")], timeout=240)
+    return out, res, time.perf_counter() - start
+
+
+@pytest.mark.timeout(300)
+def test_every_figure_has_png_and_csv(quick):
+    out, res, seconds = quick
+    assert all(s["status"] == "ran" for s in summary(out / "first.json").values()), res.stdout[-5000:]
+    for fig, kinds in FIGURES.items():
+        pngs = sorted(out.glob(f"{fig}_*.png"))
+        assert pngs, f"no {fig} figure in {sorted(p.name for p in out.iterdir())}"
+        seen = set()
+        for png in pngs:
+            assert png.stat().st_size > 10_000, png
+            csv = png.with_suffix(".csv")
+            assert csv.is_file(), f"{png.name} has no CSV beside it"
+            table = pd.read_csv(csv)
+            assert len(table) > 0, csv
+            assert table["kind"].nunique() == 1, csv
+            seen.add(table["kind"].iloc[0])
+        assert seen == kinds, (fig, seen)
+    assert "[" in res.stdout and "all steps done" in res.stdout  # the progress lines
+
+
+@pytest.mark.timeout(300)
+def test_manifests_record_measured_or_simulated(quick):
+    out, _, _ = quick
+    listed = {}
+    for step in STEPS:
+        manifest = json.loads((out / f"reproduce_{step}.json").read_text())
+        assert manifest["complete"] and manifest["run"] == "quick", step
+        for unit, entry in manifest["units"].items():
+            assert entry["kind"] in ("measured", "simulated"), unit
+            assert entry["params"]["kind"] == entry["kind"]
+            if entry["kind"] == "measured":
+                assert entry["provenance"]["machine"] and entry["provenance"]["date"], unit
+            else:
+                assert entry["provenance"]["profile"] == "icelake-hdr200", unit
+            listed.update(entry["outputs"])
+    for png in out.glob("*.png"):  # every figure is accounted for, with its kind
+        assert listed.get(png.name) in ("measured", "simulated"), png.name
+    fig5 = pd.read_csv(next(out.glob("fig5_*.csv")))
+    assert {"mem_scaling", "oom", "host_mem_bytes"} <= set(fig5.columns)
+    assert (fig5.groupby("series").mem_scaling.first() == 1.0).all()
+    assert (fig5.host_mem_bytes == 256 * 2**30).all()  # read from the icelake-hdr200 profile
+
+
+@pytest.mark.timeout(300)
+def test_second_run_is_a_no_op(quick):
+    out, _, first_seconds = quick
+    before = {p.name: p.stat().st_mtime_ns for p in out.glob("*.png")}
+    start = time.perf_counter()
+    res = reproduce(["--quick", "--out", str(out), "--json", str(out / "second.json")], timeout=120)
+    seconds = time.perf_counter() - start
+    assert all(s["status"] == "up-to-date" for s in summary(out / "second.json").values()), res.stdout
+    assert {p.name: p.stat().st_mtime_ns for p in out.glob("*.png")} == before
+    assert seconds < max(20.0, first_seconds / 3), (seconds, first_seconds)
+
+
+@pytest.mark.timeout(300)
+def test_force_and_changed_parameters_rerun_a_step(quick):
+    out, _, _ = quick
+    fig2_png = next(out.glob("fig2_*.png"))
+    fig2_before = fig2_png.stat().st_mtime_ns
+    fig5_png = next(out.glob("fig5_*.png"))
+    before = fig5_png.stat().st_mtime_ns
+    reproduce(["--quick", "--out", str(out), "--force", "--only", "fig5", "--json", str(out / "force.json")],
+              timeout=180)
+    steps = summary(out / "force.json")
+    assert list(steps) == ["fig5_fig6"] and steps["fig5_fig6"]["status"] == "ran"
+    assert fig5_png.stat().st_mtime_ns != before
+    assert fig2_png.stat().st_mtime_ns == fig2_before
+    # a changed parameter (another machine profile) re-runs the step without --force
+    reproduce(["--quick", "--out", str(out), "--only", "fig6", "--profile", "reference-laptop",
+               "--json", str(out / "profile.json")], timeout=180)
+    assert summary(out / "profile.json")["fig5_fig6"]["status"] == "ran"
+    manifest = json.loads((out / "reproduce_fig5_fig6.json").read_text())
+    assert {e["provenance"]["profile"] for e in manifest["units"].values()} == {"reference-laptop"}
+
+
+def test_unknown_step_is_refused(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "real.reproduce", "--quick", "--only", "fig9", "--out",
+                          str(tmp_path)], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert res.returncode == 2 and "unknown step 'fig9'" in res.stderr, res.stderr
