@@ -467,8 +467,8 @@ def run_measured(unit: str, p: dict[str, Any], out: Path, work: Path, cache: Pat
     banner = _measured_banner(cpu, cores, date, f"the N worker processes share these {cores} cores "
                               f"(gloo on loopback); 1-min load {load_start:.1f} -> {load_end:.1f}")
     title = (f"{fig}: {m['layers']}-layer {name}, hidden {m['hidden']}, products-like synthetic graph: "
-             f"{g['nodes']:,} nodes, {edges:,} edges (mean degree {g['degree']}), {g['features']} features, "
-             f"{g['classes']} classes, METIS parts; {epochs_text(p['epochs'])}")
+             f"{g['nodes']:,} nodes, {edges:,} edges (mean in-degree {edges / g['nodes']:.1f}), "
+             f"{g['features']} features, {g['classes']} classes, METIS parts; {epochs_text(p['epochs'])}")
     plot_scaling(table, out / f"{unit}.png", MEASURED, banner, title, f"worker processes N (on {cores} cores)")
     return {"machine": cpu, "cores": cores, "date": date, "loadavg_1min_start_end": [load_start, load_end],
             "graph": meta["graph"], "num_edges": edges}

@@ -225,7 +225,9 @@ class SequentialAggregate(torch.autograd.Function):
             for r in range(1, graph.world):  # remote gradients go out first and overlap the local shard
                 owner = _ring_peers(graph, r)[1]
                 returns.post(r, graph.shards[owner].spmm(scaled, transpose=True))
-            local_shard()
+            graph.local_shard.spmm(scaled, transpose=True, out=grad_src)  # the local share, added in place
+            _self_vjp(agg, graph, ctx.saved, out, dst_x, grad_out, grad_dst)
+            del scaled
         else:
             if ctx.kept:
                 fetched = ((r, _ring_peers(graph, r)[1], ctx.kept.pop(r)) for r in range(1, graph.world))

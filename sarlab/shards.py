@@ -74,8 +74,13 @@ class Shard:
             warnings.simplefilter("ignore")
             if out is None:
                 return (mat @ flat.contiguous()).reshape(rows, *x.shape[1:])
-            res = torch.sparse.addmm(out.reshape(rows, -1), mat, flat.contiguous())
-        return res.reshape(out.shape)
+            acc = out.reshape(rows, -1)
+            differentiable = torch.is_grad_enabled() and (out.requires_grad or flat.requires_grad)
+            if differentiable or not out.is_contiguous():
+                return torch.sparse.addmm(acc, mat, flat.contiguous()).reshape(out.shape)
+            # in place: no fresh rows x F output (whose pages would be faulted in anew) per shard
+            acc.addmm_(mat, flat.contiguous())
+        return out
 
 
 @dataclass(frozen=True)

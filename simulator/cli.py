@@ -53,6 +53,12 @@ def calibrate_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-network", action="store_true", help="skip the gloo benchmark (assume 50 us, 1 GB/s)")
     p.add_argument("--no-fused", action="store_true", help="skip the fused GAT kernels")
     p.add_argument("--threads", type=int, default=None, help="threads for the all-cores measurement")
+    p.add_argument(
+        "--quiet-tries",
+        type=int,
+        default=3,
+        help="repeat a timing step up to this many times while other processes disturb it (default: %(default)s)",
+    )
     p.add_argument("--name", default="local", help="profile name (default: %(default)s)")
     p.add_argument("--json", metavar="PATH", help="also write a machine-readable summary here")
     return p
@@ -66,6 +72,7 @@ def calibrate_main(argv: list[str] | None = None) -> int:
         network=not args.no_network,
         fused=not args.no_fused,
         threads=args.threads,
+        quiet_tries=1 if args.quick else args.quiet_tries,
         log=_print,
     )
     profile = calibrate(cal, name=args.name)

@@ -283,6 +283,16 @@ class EpochModel:
             rescale = n * plan.width * self.b
             shard_bwd_transient = shard_bwd_transient + np.diag(rescale)
             one_bwd_transient = one_bwd_transient + rescale
+        if plan.kind == "gat" and not plan.autograd:
+            # the local shard's VJP (and oneshot's one) is followed by the self-loop terms' VJP while its
+            # row and destination gradients are still held: those two, the self-loop gradient and its
+            # concatenation, and n x H temporaries; the peak of that phase may exceed the kernel's
+            hc, heads, b = plan.heads * plan.channels, plan.heads, self.b
+            held = n * (3 * hc + 9 * heads) * b
+            shard_bwd_transient = shard_bwd_transient + np.diag(
+                np.maximum(np.diag(shard_bwd_transient), n * (hc + heads) * b + held) - np.diag(shard_bwd_transient)
+            )
+            one_bwd_transient = np.maximum(one_bwd_transient, (n + halo_in) * (hc + heads) * b + held)
         if plan.case == 1:  # measured temporaries of the sparse products beyond their outputs
             extra = self.profile.transient_bytes
             fo, fe = extra.get("spmm_fwd_out", 0.0), extra.get("spmm_fwd_edge", 0.0)
@@ -371,7 +381,7 @@ class EpochModel:
         Adam's two moments; the CSR matrices (and transposes) of linear aggregations and the CSC
         transposes of fused GAT, cached on first use; ``oneshot``'s merged shard (its edge lists and row
         pointer), built on first use; the first-use resident bytes of the aggregation families the model
-        runs (:attr:`Profile.first_use_bytes`).
+        runs and of the first backward pass (:attr:`Profile.first_use_bytes`).
         """
         st, P = self.stats, self.N
         n = st.nodes_per_part.astype(np.float64)
@@ -379,7 +389,7 @@ class EpochModel:
         H = st.halo_rows.astype(np.float64)
         total = np.full(P, 2.0 * self.params * self.b)
         first_use = self.profile.first_use_bytes
-        total += sum(first_use.get(family, 0.0) for family in {pl.family for pl in self.plans})
+        total += sum(first_use.get(family, 0.0) for family in {pl.family for pl in self.plans} | {"autograd"})
         linear = [pl for pl in self.plans if pl.case == 1]
         fused = [pl for pl in self.plans if pl.kind == "gat" and pl.fused]
         if not self.ring and self.N > 1:  # oneshot's merged shard (one worker: its own shard)

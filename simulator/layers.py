@@ -31,7 +31,7 @@ MODES = ("sar", "sa", "oneshot")
 FP64 = 8  # BatchNorm statistics and the dropout hash run in 64-bit arithmetic whatever the dtype
 #: the engine's streamed unfused GAT (``sar``) materialises per-edge tensors for at most this many edges at a
 #: time, a shard's destination rows in chunks (``UNFUSED_CHUNK_EDGES`` in ``sarlab/nn/gat.py``)
-UNFUSED_CHUNK_EDGES = 1 << 18
+UNFUSED_CHUNK_EDGES = 1 << 15
 
 
 def edge_chunks(edges: Number, chunk: int = UNFUSED_CHUNK_EDGES) -> tuple[Number, Number]:

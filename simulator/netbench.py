@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import statistics
 import time
 
 import torch
@@ -53,7 +52,7 @@ def run(rank: int, port: int, sizes: list[int], repeats: int, stream: int) -> di
                     dist.send(buf, peer)
                 if i >= 2:
                     times.append(time.perf_counter() - t0)
-            result["one_way_s"][str(size)] = statistics.median(times) / 2.0
+            result["one_way_s"][str(size)] = min(times) / 2.0  # other tenants can only lengthen a round trip
         small = [torch.zeros(256) for _ in range(stream)]
         dist.barrier()
         t0 = time.perf_counter()
@@ -71,7 +70,7 @@ def run(rank: int, port: int, sizes: list[int], repeats: int, stream: int) -> di
             calls.append(time.perf_counter() - t0)
             for work in works:
                 work.wait()
-        result["call_s"] = statistics.median(calls[2:])
+        result["call_s"] = min(calls[2:])
         # CPU cost of moving bytes (loopback copies in gloo's threads): both ranks exchange big buffers at
         # once, as the engine's rounds do; process CPU time over the bytes this rank sent and received
         big = 8 << 20

@@ -140,8 +140,9 @@ class Profile:
             workers share them (0 = the NIC moves the bytes).
         mem_overhead_factor: measured resident bytes per tensor byte (allocator + page rounding).
         first_use_bytes: resident bytes an op family adds the first time a process runs it (library code
-            pages, allocator arenas), measured by :mod:`simulator.memprobe`; ``autograd`` is recorded
-            for information but not added (the engine's setup already touches most of that code).
+            pages, allocator arenas), measured by :mod:`simulator.memprobe`; ``autograd`` (the first
+            backward pass: engine threads, backward kernels) counts for every model, since the engine
+            measures its baseline before any backward has run.
         transient_bytes: temporaries of the sparse CSR products beyond their output, measured by
             :func:`simulator.memprobe.sparse_transients`: ``spmm_{fwd,bwd}_out`` (bytes per output byte) and
             ``spmm_{fwd,bwd}_edge`` (bytes per edge); empty = none.

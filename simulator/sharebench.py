@@ -3,8 +3,9 @@
 Each op family's representative op (shapes whose working set exceeds a core's private cache) is run in a
 loop for ``--seconds`` inside a time window that starts at ``--start-at`` (a ``time.time()`` value, so that
 several processes launched together run the same family at the same time); the process prints one JSON
-line: calls per second per family. :func:`simulator.calibrate.bench_share` runs it alone and as ``C``
-concurrent copies; the ratio of the rates gives each family's ``share_eff``.
+line: calls per CPU second of the process per family (so a third process time-slicing the cores does not
+count, only the interference of the co-running copies). :func:`simulator.calibrate.bench_share` runs it
+alone and as ``C`` concurrent copies; the ratio of the rates gives each family's ``share_eff``.
 """
 
 from __future__ import annotations
@@ -90,15 +91,14 @@ def run(start_at: float, seconds: float, quick: bool) -> dict[str, float]:
         if delay > 0:
             time.sleep(delay)
         fn()  # first call: page faults, lazy initialisation
-        count, t0 = 0, time.perf_counter()
+        count, t0, cpu0 = 0, time.perf_counter(), time.thread_time()
         end = t0 + max(begin + seconds - time.time(), 0.05)
         while True:
             fn()
             count += 1
-            now = time.perf_counter()
-            if now >= end:
+            if time.perf_counter() >= end:
                 break
-        rates[name] = count / (now - t0)
+        rates[name] = count / max(time.thread_time() - cpu0, 1e-9)  # per CPU second: other tenants do not count
     return rates
 
 

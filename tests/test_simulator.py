@@ -594,7 +594,7 @@ def test_calibrate_quick(tmp_path):
     path = tmp_path / "profile.json"
     t0 = time.perf_counter()
     assert calibrate_main(["--quick", "--out", str(path), "--json", str(tmp_path / "c.json")]) == 0
-    assert time.perf_counter() - t0 < 40  # < 20 s on an idle machine; the shared test box is loaded
+    assert time.perf_counter() - t0 < 180  # a hang guard, not a benchmark: ~20 s on an idle machine
     prof = load_profile(path)
     for name in ("gemm", "spmm", "max_aggr", "gat_unfused", "elementwise"):
         assert math.isfinite(prof.ops[name].rate) and prof.ops[name].rate > 0
@@ -619,7 +619,7 @@ def test_first_use_memory_probe():
     st = estimate_partition(1000, 10000, 2, 8, 4)
     plain = simulate_epoch(st, ModelSpec("gcn", layers=2, hidden=8), RunSpec(), hand_profile())
     probed = simulate_epoch(st, ModelSpec("gcn", layers=2, hidden=8), RunSpec(), prof)
-    assert probed.start_bytes - plain.start_bytes == pytest.approx([1e6, 1e6])  # spmm only
+    assert probed.start_bytes - plain.start_bytes == pytest.approx([8e6, 8e6])  # spmm and autograd
 
 
 def test_processor_sharing_by_hand():
@@ -745,3 +745,11 @@ def test_unfused_gat_sar_chunks_bound_the_per_edge_memory():
     assert peak(bigger, "sar") == pytest.approx(peak(big, "sar"))
     assert peak(UNFUSED_CHUNK_EDGES // 4, "sar") < peak(big, "sar")
     assert peak(bigger, "sa") > peak(big, "sa") + (bigger - big) * 2 * 4  # at least 2 floats per edge kept
+
+
+def test_mirrored_engine_constants():
+    """The simulator does not import the engine's runtime; constants it mirrors must match it."""
+    from sarlab.nn import gat
+    from simulator.layers import UNFUSED_CHUNK_EDGES
+
+    assert UNFUSED_CHUNK_EDGES == gat.UNFUSED_CHUNK_EDGES
