@@ -278,11 +278,9 @@ class EpochModel:
         one_transient = plan.shard_transient_bytes(e_all, n, n + halo_in)
         one_bwd_transient = plan.shard_bwd_transient_bytes(e_all, n, n + halo_in)
         if plan.kind == "sage" and plan.case == 1:
-            # mean: shard_vjp divides the output gradient by the degree again for the local shard (ring,
-            # next to the scaled copy the remote rounds used) and once for oneshot's merged shard
-            rescale = n * plan.width * self.b
-            shard_bwd_transient = shard_bwd_transient + np.diag(rescale)
-            one_bwd_transient = one_bwd_transient + rescale
+            # mean: oneshot's shard_vjp divides the output gradient by the degree (the ring modes scale it
+            # once for all shards, the local one included, and that copy is booked with the ring rounds)
+            one_bwd_transient = one_bwd_transient + n * plan.width * self.b
         if plan.kind == "gat" and not plan.autograd:
             # the local shard's VJP (and oneshot's one) is followed by the self-loop terms' VJP while its
             # row and destination gradients are still held: those two, the self-loop gradient and its
@@ -836,8 +834,8 @@ class EpochModel:
         mem.alloc(own + extra)  # zeroed source gradient (+ the above)
         yield from self._compute(w, A.bwd_setup[p], (li, "bwd-setup"))
 
-        def local() -> Proc:  # the local shard's VJP, added into the source gradient
-            transient = A.shard_bwd_transient[p][p] + (own if L.case == 1 else 0)
+        def local() -> Proc:  # the local shard's VJP, added into the source gradient (case 1: in place)
+            transient = A.shard_bwd_transient[p][p]
             mem.alloc(transient)
             yield from self._compute(w, A.shard_b[p][p], (li, "agg-bwd", 0))
             mem.free(transient)

@@ -516,14 +516,14 @@ class LayerPlan:
     def shard_transient_bytes(self, edges: Number, n: Number, num_src: Number) -> Number:
         """Temporaries of one shard's forward aggregation (freed when the shard is done).
 
-        Sum: ``addmm`` writes a new ``n x w`` state. Max: at most two ``E x w`` float tensors and the tie
-        mask (1 byte) live at once (messages, the shard max gathered back per edge or the mask's cast),
-        plus four ``n x w`` tensors (shard max, ties, new best, new count). GAT through the kernels: the
-        contiguous copies of the strided inputs (``z``, ``s_src`` of the ``num_src`` rows, ``s_dst``);
-        unfused also, for one chunk of at most :data:`UNFUSED_CHUNK_EDGES` edges at a time, the per-edge
-        logits, weights (``3 E H``), gathered rows and their product (``2 E H C``) and the int64
-        destination of every edge. GAT under autograd: ``2 E H`` (the gathered
-        running max and the shifted logits); what it keeps is :meth:`shard_kept_bytes`.
+        Sum: none beyond the measured sparse-product temporaries (``addmm_`` into the state). Max: at most two
+        ``E x w`` float tensors and the tie mask (1 byte) live at once (messages, the shard max gathered back
+        per edge or the mask's cast), plus four ``n x w`` tensors (shard max, ties, new best, new count). GAT
+        through the kernels: the contiguous copies of the strided inputs (``z``, ``s_src`` of the ``num_src``
+        rows, ``s_dst``); unfused also, for one chunk of at most :data:`UNFUSED_CHUNK_EDGES` edges at a time,
+        the per-edge logits, weights (``3 E H``), gathered rows and their product (``2 E H C``) and the int64
+        destination of every edge. GAT under autograd: ``2 E H`` (the gathered running max and the shifted
+        logits); what it keeps is :meth:`shard_kept_bytes`.
         """
         b, w = self.bytes_per_element, self.agg_width_in
         if self.kind == "gat":
@@ -534,8 +534,8 @@ class LayerPlan:
             if self.fused:
                 return copies + 0 * edges
             return copies + edge_chunks(edges)[0] * ((3 * heads + 2 * hc) * b + 8)
-        if self.case == 1:
-            return n * w * b + 0 * edges
+        if self.case == 1:  # the product is added into the running state in place
+            return 0 * n * w * b + 0 * edges
         return edges * w * (2 * b + 1) + 4 * n * w * b
 
     def shard_bwd_transient_bytes(self, edges: Number, n: Number, num_src: Number) -> Number:

@@ -156,7 +156,7 @@ def _peak_beyond(fn, out_bytes: int) -> float:
 def sparse_transients() -> dict[str, float]:
     """Temporaries of the sparse CSR products the engine's linear aggregations run, beyond their output.
 
-    Forward ``torch.sparse.addmm(state, A, X)`` and backward ``A^T @ G`` on shapes that vary the output
+    Forward ``state.addmm_(A, X)`` (in place) and backward ``A^T @ G`` on shapes that vary the output
     size and the edge count, fitted (non-negative least squares) to ``extra = a * output_bytes + c * edges``
     (e.g. MKL's int32 copies of the index arrays per call, a dense temporary of the output). Keys:
     ``spmm_fwd_out``, ``spmm_fwd_edge``, ``spmm_bwd_out``, ``spmm_bwd_edge``.
@@ -174,7 +174,8 @@ def sparse_transients() -> dict[str, float]:
             at = a.t().to_sparse_csr()
             x, state = torch.randn(n, f), torch.zeros(n, f)
             out = n * f * 4
-            fwd.append(_peak_beyond(lambda a=a, x=x, s=state: torch.sparse.addmm(s, a, x), out))
+            # the engine adds each shard's product into its running state in place (Shard.spmm(out=...))
+            fwd.append(_peak_beyond(lambda a=a, x=x, s=state: s.addmm_(a, x), 0))
             bwd.append(_peak_beyond(lambda at=at, x=x: at @ x, out))
         rows.append([float(out), float(n * deg)])
     design = np.array(rows)
