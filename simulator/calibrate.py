@@ -13,6 +13,8 @@ co-located single-thread processes (``share_eff``) comes from running a represen
 one and in ``C`` concurrent processes (:mod:`simulator.sharebench`). The network is
 two local gloo processes: ping-pong of several sizes fitted to :math:`\\alpha + b / B`, and a stream of
 back-to-back small messages giving the per-message channel time ``g`` (so ``L = alpha - g``).
+Last, short single-worker epochs of the real engine on a calibration graph give ``compute_scale``, the
+factor by which whole epochs run slower than their microbenchmarked ops (:func:`bench_engine`).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class Calibration:
         quiet_tries: runs of a timing step at most, while other processes keep using the cores during it
             (see :func:`quiet_step`); 1 = no retry.
         quiet_wait_s: seconds to wait for an idle machine before each try.
+        engine: fit :attr:`Profile.compute_scale` from real engine epochs (:func:`bench_engine`).
         log: progress printer.
     """
 
@@ -64,6 +67,7 @@ class Calibration:
     seed: int = 0
     quiet_tries: int = 3
     quiet_wait_s: float = 120.0
+    engine: bool = True
     log: Printer = print
     notes: list[str] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict)
@@ -723,6 +727,57 @@ def bench_network(cal: Calibration) -> tuple[Link, float, float]:
     return link, float(result["call_s"]), float(result.get("cpu_s_per_byte", 0.0))
 
 
+# ------------------------------------------------------------------------------- engine epochs
+#: the calibration graph of :func:`bench_engine` (not a graph any benchmark or validation uses)
+ENGINE_GRAPH = "synthetic:nodes=150000,degree=30,features=128,classes=16,seed=7"
+ENGINE_GRAPH_QUICK = "synthetic:nodes=3000,degree=10,features=16,classes=4,seed=7"
+
+
+def bench_engine(cal: Calibration, profile: Profile) -> tuple[float, dict[str, Any]]:
+    """Fit :attr:`Profile.compute_scale`: real single-worker epochs of the engine vs the simulator's
+    prediction of them from the microbenchmark profile.
+
+    Runs ``sarlab train`` (a subprocess: the engine's own launcher, malloc settings and threads) for GCN and
+    GraphSAGE-mean, 3 layers, hidden 256, one worker, on :data:`ENGINE_GRAPH` (150k nodes: whole-graph
+    tensors of 150 MB, large enough to be fresh pages as in real runs, and a graph that no benchmark or
+    validation uses). One worker keeps communication out of the fit. The scale is the geometric mean of
+    measured / predicted epoch time (median of the epochs after the first). Returns the scale and the raw
+    numbers.
+    """
+    import tempfile
+
+    from simulator.epoch import RunSpec, simulate_epoch
+    from simulator.validate import model_for, read_records, stats_for, summarize_measured
+
+    spec = ENGINE_GRAPH_QUICK if cal.quick else ENGINE_GRAPH
+    layers, hidden, epochs = (2, 32, 2) if cal.quick else (3, 256, 3)
+    root = Path(__file__).resolve().parent.parent
+    raw: dict[str, Any] = {"graph": spec, "layers": layers, "hidden": hidden, "runs": []}
+    ratios = []
+    with tempfile.TemporaryDirectory(prefix="sarlab-cal-engine-") as tmp:
+        for model in ("gcn", "sage"):
+            out = Path(tmp) / f"{model}.json"
+            cmd = [
+                sys.executable, "-m", "real.cli", "train", "--graph", spec, "--workers", "1", "--mode", "sar",
+                "--model", model, "--layers", str(layers), "--hidden", str(hidden), "--epochs", str(epochs),
+                "--eval-every", "0", "--partition-dir", str(Path(tmp) / "parts"), "--json", str(out),
+            ]  # fmt: skip
+            proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=900)
+            if proc.returncode != 0:
+                raise RuntimeError(f"sarlab train ({model}) exited with {proc.returncode}: {proc.stderr[-400:]}")
+            row = summarize_measured(read_records(out), warmup=1).iloc[0]
+            threads = float(row["threads"]) if float(row.get("threads") or 0) > 0 else None
+            run = RunSpec(mode="sar", prefetch=int(row["prefetch"]), threads=threads)
+            predicted = float(simulate_epoch(stats_for(row), model_for(row), run, profile).epoch_time_s.max())
+            measured = float(row["measured_epoch_time_s"])
+            ratios.append(measured / predicted)
+            raw["runs"].append({"model": model, "measured_s": measured, "predicted_s": predicted})
+            cal.log(f"    {model}: engine epoch {measured:.2f}s, microbenchmark prediction {predicted:.2f}s")
+    scale = float(np.exp(np.mean(np.log(ratios))))
+    raw["compute_scale"] = scale
+    return scale, raw
+
+
 # ------------------------------------------------------------------------------------------- main
 def cpu_model() -> str:
     """The CPU model string from /proc/cpuinfo (or platform)."""
@@ -822,14 +877,11 @@ def calibrate(cal: Calibration | None = None, name: str = "local") -> Profile:
     else:
         cal.notes.append("network not measured (disabled); 50 us / 1 GB/s assumed")
         link = Link(latency_s=50e-6, bandwidth_Bps=1e9)
-    elapsed = time.perf_counter() - start
     notes = [
         "rates are per thread at 1 thread; parallel_eff from the same op at all usable cores",
         "inter_host = intra_host: measured on one machine (loopback gloo)",
-        *cal.notes,
     ]
-    log(f"calibration done in {elapsed:.1f}s")
-    return Profile(
+    profile = Profile(
         name=name,
         ops=ops,
         inter_host=link,
@@ -843,6 +895,27 @@ def calibrate(cal: Calibration | None = None, name: str = "local") -> Profile:
         transient_bytes=transients,
         llc_bytes=float(cal.raw.get("llc_bytes", 0.0)),
         notes=tuple(notes),
+    )
+    if cal.engine:
+        log("[calibrate] engine epochs (sarlab train, 1 worker) vs the microbenchmark prediction ...")
+        try:
+            scale, raw = quiet_step(cal, "engine", lambda: bench_engine(cal, profile))
+            cal.raw["engine"] = raw
+            profile = replace(profile, compute_scale=scale)
+            notes.append(
+                f"compute_scale {scale:.3f}: engine epoch / microbenchmark prediction (geometric mean, GCN and "
+                f"SAGE, 1 worker, {raw['graph']})"
+            )
+            log(f"    compute_scale {scale:.3f}")
+        except (subprocess.SubprocessError, OSError, ValueError, RuntimeError, KeyError, IndexError) as err:
+            cal.notes.append(f"compute_scale not fitted ({type(err).__name__}: {err}); 1.0 used")
+    else:
+        cal.notes.append("compute_scale not fitted (disabled): microbenchmarks alone")
+    elapsed = time.perf_counter() - start
+    log(f"calibration done in {elapsed:.1f}s")
+    return replace(
+        profile,
+        notes=tuple(notes + cal.notes),
         meta={
             "machine": cpu_model(),
             "torch": torch.__version__,

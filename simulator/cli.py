@@ -52,6 +52,11 @@ def calibrate_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="small shapes, few repeats (< 20 s)")
     p.add_argument("--no-network", action="store_true", help="skip the gloo benchmark (assume 50 us, 1 GB/s)")
     p.add_argument("--no-fused", action="store_true", help="skip the fused GAT kernels")
+    p.add_argument(
+        "--no-engine",
+        action="store_true",
+        help="do not fit compute_scale from real engine epochs (microbenchmarks alone)",
+    )
     p.add_argument("--threads", type=int, default=None, help="threads for the all-cores measurement")
     p.add_argument(
         "--quiet-tries",
@@ -71,6 +76,7 @@ def calibrate_main(argv: list[str] | None = None) -> int:
         quick=args.quick,
         network=not args.no_network,
         fused=not args.no_fused,
+        engine=not args.no_engine,
         threads=args.threads,
         quiet_tries=1 if args.quick else args.quiet_tries,
         log=_print,

@@ -20,7 +20,8 @@ class CostModel:
         \\qquad h = \\min(1, L / G)
 
     with ``k`` calls, overhead ``o``, work ``w``, dense-output work ``v``, rates ``r`` and ``r_row``,
-    thread efficiency ``eta``, backward ratio ``rho`` (backward ops only) and dtype slowdown ``sigma``.
+    thread efficiency ``eta``, backward ratio ``rho`` (backward ops only) and ``sigma`` the dtype slowdown
+    times the profile's ``compute_scale``.
     Sparse families whose profile has a ``mem_rate`` gather rows of a ``G``-byte matrix at random: a
     fraction ``h`` hits the last-level cache ``L`` (``Profile.llc_bytes``), the rest runs at ``r_mem``
     (``h = 1`` without a cache model).
@@ -36,7 +37,7 @@ class CostModel:
             raise ValueError(f"threads must be > 0, got {threads}")
         self.profile = profile
         self.threads = float(threads)
-        self.slowdown = float(profile.dtype_slowdown.get(dtype, 1.0))
+        self.slowdown = float(profile.dtype_slowdown.get(dtype, 1.0)) * profile.compute_scale
         self._speedup: dict[str, float] = {}
         for name in OP_UNITS:
             self._speedup[name] = profile.op(name).speedup(self.threads)

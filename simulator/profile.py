@@ -151,6 +151,10 @@ class Profile:
             model.
         mem_per_host_bytes: memory of one host (for "does it fit" reports; 0 = unknown).
         dtype_slowdown: compute-time multiplier per dtype relative to float32.
+        compute_scale: multiplier of every compute cost, fitted by ``sarlab calibrate`` from short epochs of
+            the real engine on a calibration graph (:func:`simulator.calibrate.bench_engine`): what the
+            microbenchmarks miss in a whole epoch (first-touch faults of GBs of fresh tensors under memory
+            pressure, small ops they do not price). 1.0 = microbenchmarks alone (presets).
         notes: free-text provenance (how each number was obtained or assumed).
         meta: machine description, date, torch version.
     """
@@ -171,6 +175,7 @@ class Profile:
     dtype_slowdown: dict[str, float] = field(
         default_factory=lambda: {"float32": 1.0, "float64": 2.0, "bfloat16": 1.0, "float16": 1.0}
     )
+    compute_scale: float = 1.0
     notes: tuple[str, ...] = ()
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -228,6 +233,7 @@ class Profile:
             "transient_bytes": {k: float(v) for k, v in d.get("transient_bytes", {}).items()},
             "llc_bytes": float(d.get("llc_bytes", 0.0)),
             "mem_per_host_bytes": int(d.get("mem_per_host_bytes", 0)),
+            "compute_scale": float(d.get("compute_scale", 1.0)),
             "notes": tuple(d.get("notes", ())),
             "meta": dict(d.get("meta", {})),
         }

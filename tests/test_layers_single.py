@@ -126,3 +126,30 @@ def test_batchnorm_matches_torch(small_graph):
     ours.eval()
     ref.eval()
     torch.testing.assert_close(ours(g, x), ref(x))
+
+
+def test_shard_spmm_accumulates_in_place_without_autograd():
+    """``Shard.spmm(out=...)`` adds A @ x into ``out`` in place when no gradient is recorded (sar's forward
+    streams shards into one buffer) and out of place under autograd; both equal a dense numpy product."""
+    from sarlab.shards import Shard
+
+    rng = np.random.default_rng(3)
+    src, dst = rng.integers(0, 7, 40), rng.integers(0, 5, 40)
+    order = np.argsort(dst, kind="stable")
+    shard = Shard(1, torch.as_tensor(src[order]), torch.as_tensor(dst[order]), 5, 7)  # num_dst, num_src
+    dense = np.zeros((5, 7))
+    np.add.at(dense, (dst, src), 1.0)
+    x, start = rng.standard_normal((7, 3)), rng.standard_normal((5, 3))
+    want = start + dense @ x
+    out = torch.tensor(start)
+    with torch.no_grad():
+        got = shard.spmm(torch.tensor(x), out=out)
+    assert got is out and np.allclose(out.numpy(), want, atol=1e-12)
+    xt = torch.tensor(x, requires_grad=True)
+    out = torch.tensor(start)
+    got = shard.spmm(xt, out=out)
+    assert got is not out and np.allclose(out.numpy(), start) and np.allclose(got.detach().numpy(), want)
+    got.sum().backward()
+    assert np.allclose(xt.grad.numpy(), dense.sum(0)[:, None].repeat(3, 1))
+    t = shard.spmm(torch.tensor(start), transpose=True)  # A^T g
+    assert np.allclose(t.numpy(), dense.T @ start)

@@ -600,6 +600,9 @@ def test_calibrate_quick(tmp_path):
         assert math.isfinite(prof.ops[name].rate) and prof.ops[name].rate > 0
     assert prof.intra_host.bandwidth_Bps > 1e6 and prof.intra_host.alpha_s > 0
     assert prof.cores_per_host >= 1
+    # fitted from two real engine epochs (sarlab train, 1 worker); a sane multiplier of the op costs
+    assert 0.2 < prof.compute_scale < 20, prof.notes
+    assert [r["model"] for r in prof.meta["raw"]["engine"]["runs"]] == ["gcn", "sage"]
     st = estimate_partition(4000, 40000, 2, 16, 4)
     res = simulate_epoch(st, ModelSpec("gcn", layers=2, hidden=16), RunSpec(mode="sar"), prof)
     assert 0 < res.epoch_time_s.max() < 60
@@ -753,3 +756,17 @@ def test_mirrored_engine_constants():
     from simulator.layers import UNFUSED_CHUNK_EDGES
 
     assert UNFUSED_CHUNK_EDGES == gat.UNFUSED_CHUNK_EDGES
+
+
+def test_compute_scale_multiplies_compute_only():
+    """compute_scale stretches every compute op by exactly that factor; links and bytes are untouched."""
+    st = estimate_partition(2000, 20000, 2, 8, 4)
+    model = ModelSpec("sage", layers=2, hidden=8)
+    base = hand_profile()
+    scaled = replace(base, compute_scale=2.5)
+    a = simulate_epoch(st, model, RunSpec(mode="sar"), base)
+    b = simulate_epoch(st, model, RunSpec(mode="sar"), scaled)
+    assert b.compute_s == pytest.approx(2.5 * a.compute_s)
+    assert b.bytes_sent == pytest.approx(a.bytes_sent)
+    assert b.peak_above_baseline_bytes == pytest.approx(a.peak_above_baseline_bytes)
+    assert Profile.from_json(scaled.to_json()).compute_scale == 2.5
