@@ -297,6 +297,10 @@ class EpochModel:
             bo, be = extra.get("spmm_bwd_out", 0.0), extra.get("spmm_bwd_edge", 0.0)
             shard_transient = shard_transient + fo * nd * wb + fe * E
             shard_bwd_transient = shard_bwd_transient + bo * num_src * wb + be * E
+            # the ring modes add the local shard's A^T g into the source gradient in place (addmm_, whose
+            # temporaries are the forward's), the remote ones are fresh send buffers (A^T @ g)
+            local_bwd = fo * n * wb + fe * np.diag(E)
+            shard_bwd_transient = shard_bwd_transient + np.diag(local_bwd - np.diag(shard_bwd_transient))
             one_transient = one_transient + fo * n * wb + fe * e_all
             one_bwd_transient = one_bwd_transient + bo * (n + halo_in) * wb + be * e_all
         return _LayerArrays(

@@ -2,7 +2,8 @@
 
 Rank 0 prints one JSON line: one-way times of a ping-pong per size, the time per message of a stream of
 back-to-back small messages, the CPU time of posting one isend/irecv pair, and the process CPU seconds per
-byte a rank sends or receives while both ranks exchange big buffers (loopback copies). Run as two separate
+byte a rank sends or receives while both ranks exchange big buffers (loopback copies), and the wall time of
+a bulk exchange of engine-sized buffers (both directions at once, fresh receive buffer). Run as two separate
 interpreters (not multiprocessing) so that it works from pytest, notebooks and scripts alike.
 """
 
@@ -17,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 
-def run(rank: int, port: int, sizes: list[int], repeats: int, stream: int) -> dict | None:
+def run(rank: int, port: int, sizes: list[int], repeats: int, stream: int, bulk: int = 64 << 20) -> dict | None:
     """Join the 2-rank gloo group and measure; rank 0 returns the results."""
     torch.set_num_threads(1)
     try:  # the engine's malloc settings (sarlab.memory.tune_malloc): large buffers are fresh pages
@@ -86,6 +87,24 @@ def run(rank: int, port: int, sizes: list[int], repeats: int, stream: int) -> di
         cpu = torch.tensor([(time.process_time() - cpu0) / (2.0 * big * max(repeats // 2, 4))], dtype=torch.float64)
         dist.all_reduce(cpu)
         result["cpu_s_per_byte"] = float(cpu[0]) / 2.0
+        # bulk exchanges as the engine's halo rounds make them: both ranks send and receive ``bulk`` bytes at
+        # once, into a fresh receive buffer (first-touch faults included); the wall time per exchange gives
+        # the bandwidth one direction of a link sustains for engine-sized messages
+        send = torch.ones(bulk // 4)
+        walls = []
+        for _ in range(max(repeats // 3, 3)):
+            dist.barrier()
+            t0 = time.perf_counter()
+            recv = torch.empty(bulk // 4)
+            works = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, peer), dist.P2POp(dist.irecv, recv, peer)])
+            for work in works:
+                work.wait()
+            walls.append(time.perf_counter() - t0)
+            del recv
+        wall = torch.tensor([sorted(walls)[len(walls) // 2]], dtype=torch.float64)
+        dist.all_reduce(wall, op=dist.ReduceOp.MAX)
+        result["bulk_bytes"] = bulk
+        result["bulk_exchange_s"] = float(wall[0])
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -99,9 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="4,4096,65536,1048576")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--stream", type=int, default=64)
+    parser.add_argument("--bulk", type=int, default=64 << 20, help="bytes of the bulk exchange")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
-    result = run(args.rank, args.port, sizes, args.repeats, args.stream)
+    result = run(args.rank, args.port, sizes, args.repeats, args.stream, args.bulk)
     if result is not None:
         print(json.dumps(result), flush=True)
     return 0
