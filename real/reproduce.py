@@ -114,15 +114,20 @@ def build_plan(quick: bool, profile: str) -> dict[str, dict[str, dict[str, Any]]
     }
     prof = profile_identity(profile)
     sim_sha = simulator_source_sha()
-    step34: dict[str, dict[str, Any]] = {}
-    for fig, model in (("fig3", "sage"), ("fig4", "gat")):
-        graph = "ogbn-products"
-        step34[f"{fig}_{model}_{graph}_{SIMULATED}"] = {
-            "kind": SIMULATED, "figure": fig, "run": mode, "graph": graph, "edge_cut": EDGE_CUT[graph],
-            "workers": cfg["products_workers"], "model": MODELS[model], "series": SERIES[model],
-            "profile": profile, "profile_sha": prof["sha"], "simulator_sha": sim_sha, "prefetch": 1,
-            "memory_scaling": False,
+
+    def simulated(figs: tuple[str, str], graph: str, workers: list[int], memory_scaling: bool) -> dict:
+        """The simulated units of SAGE (first figure) and GAT (second) on an OGB preset."""
+        return {
+            f"{fig}_{model}_{graph}_{SIMULATED}": {
+                "kind": SIMULATED, "figure": fig, "run": mode, "graph": graph, "edge_cut": EDGE_CUT[graph],
+                "workers": workers, "model": MODELS[model], "series": SERIES[model],
+                "profile": profile, "profile_sha": prof["sha"], "simulator_sha": sim_sha, "prefetch": 1,
+                "memory_scaling": memory_scaling,
+            }
+            for fig, model in zip(figs, ("sage", "gat"))
         }
+
+    step34 = simulated(("fig3", "fig4"), "ogbn-products", cfg["products_workers"], memory_scaling=False)
     for fig, model in (("fig3", "sage"), ("fig4", "gat")):
         m = cfg["measured"]
         graph = {k: m[model][k] for k in ("nodes", "degree", "features", "classes")}
@@ -132,16 +137,7 @@ def build_plan(quick: bool, profile: str) -> dict[str, dict[str, dict[str, Any]]
             "workers": m["workers"], "epochs": m["epochs"], "prefetch": 1,
         }
     plan["fig3_fig4"] = step34
-    step56: dict[str, dict[str, Any]] = {}
-    for fig, model in (("fig5", "sage"), ("fig6", "gat")):
-        graph = "ogbn-papers100M"
-        step56[f"{fig}_{model}_{graph}_{SIMULATED}"] = {
-            "kind": SIMULATED, "figure": fig, "run": mode, "graph": graph, "edge_cut": EDGE_CUT[graph],
-            "workers": cfg["papers_workers"], "model": MODELS[model], "series": SERIES[model],
-            "profile": profile, "profile_sha": prof["sha"], "simulator_sha": sim_sha, "prefetch": 1,
-            "memory_scaling": True,
-        }
-    plan["fig5_fig6"] = step56
+    plan["fig5_fig6"] = simulated(("fig5", "fig6"), "ogbn-papers100M", cfg["papers_workers"], memory_scaling=True)
     return plan
 
 

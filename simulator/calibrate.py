@@ -754,8 +754,7 @@ def bench_engine(cal: Calibration, profile: Profile) -> tuple[float, dict[str, A
     """
     import tempfile
 
-    from simulator.epoch import RunSpec, simulate_epoch
-    from simulator.validate import model_for, read_records, stats_for, summarize_measured
+    from simulator.validate import read_records, simulate_row, summarize_measured
 
     spec = ENGINE_GRAPH_QUICK if cal.quick else ENGINE_GRAPH
     layers, hidden, epochs = (2, 32, 2) if cal.quick else (3, 256, 3)
@@ -774,9 +773,7 @@ def bench_engine(cal: Calibration, profile: Profile) -> tuple[float, dict[str, A
             if proc.returncode != 0:
                 raise RuntimeError(f"sarlab train ({model}) exited with {proc.returncode}: {proc.stderr[-400:]}")
             row = summarize_measured(read_records(out), warmup=1).iloc[0]
-            threads = float(row["threads"]) if float(row.get("threads") or 0) > 0 else None
-            run = RunSpec(mode="sar", prefetch=int(row["prefetch"]), threads=threads)
-            predicted = float(simulate_epoch(stats_for(row), model_for(row), run, profile).epoch_time_s.max())
+            predicted = float(simulate_row(row, profile).epoch_time_s.max())
             measured = float(row["measured_epoch_time_s"])
             ratios.append(measured / predicted)
             raw["runs"].append({"model": model, "measured_s": measured, "predicted_s": predicted})

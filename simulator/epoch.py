@@ -287,8 +287,8 @@ class EpochModel:
             # concatenation, and n x H temporaries; the peak of that phase may exceed the kernel's
             hc, heads, b = plan.heads * plan.channels, plan.heads, self.b
             held = n * (3 * hc + 9 * heads) * b
-            shard_bwd_transient = shard_bwd_transient + np.diag(
-                np.maximum(np.diag(shard_bwd_transient), n * (hc + heads) * b + held) - np.diag(shard_bwd_transient)
+            shard_bwd_transient = _with_diagonal(
+                shard_bwd_transient, np.maximum(np.diag(shard_bwd_transient), n * (hc + heads) * b + held)
             )
             one_bwd_transient = np.maximum(one_bwd_transient, (n + halo_in) * (hc + heads) * b + held)
         if plan.case == 1:  # measured temporaries of the sparse products beyond their outputs
@@ -299,8 +299,7 @@ class EpochModel:
             shard_bwd_transient = shard_bwd_transient + bo * num_src * wb + be * E
             # the ring modes add the local shard's A^T g into the source gradient in place (addmm_, whose
             # temporaries are the forward's), the remote ones are fresh send buffers (A^T @ g)
-            local_bwd = fo * n * wb + fe * np.diag(E)
-            shard_bwd_transient = shard_bwd_transient + np.diag(local_bwd - np.diag(shard_bwd_transient))
+            shard_bwd_transient = _with_diagonal(shard_bwd_transient, fo * n * wb + fe * np.diag(E))
             one_transient = one_transient + fo * n * wb + fe * e_all
             one_bwd_transient = one_bwd_transient + bo * (n + halo_in) * wb + be * e_all
         return _LayerArrays(
@@ -967,6 +966,13 @@ def _delivered() -> Message:
 
 _DELIVERED = _delivered()
 _PHASES = {"f": 0, "r": 1, "g": 2}  # forward fetch, backward re-fetch, gradient return
+
+
+def _with_diagonal(matrix: np.ndarray, diagonal: np.ndarray) -> np.ndarray:
+    """A copy of the square ``matrix`` whose diagonal (the local shard of each worker) is ``diagonal``."""
+    out = np.array(matrix, dtype=np.float64)
+    np.fill_diagonal(out, diagonal)
+    return out
 
 
 def simulate_epoch(stats: PartitionStats, model: ModelSpec, run: RunSpec, profile: Profile) -> EpochResult:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import statistics
 import time
 
 import torch
@@ -101,7 +102,7 @@ def run(rank: int, port: int, sizes: list[int], repeats: int, stream: int, bulk:
                 work.wait()
             walls.append(time.perf_counter() - t0)
             del recv
-        wall = torch.tensor([sorted(walls)[len(walls) // 2]], dtype=torch.float64)
+        wall = torch.tensor([statistics.median(walls)], dtype=torch.float64)
         dist.all_reduce(wall, op=dist.ReduceOp.MAX)
         result["bulk_bytes"] = bulk
         result["bulk_exchange_s"] = float(wall[0])

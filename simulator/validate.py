@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.epoch import RunSpec, simulate_epoch
+from simulator.epoch import EpochResult, RunSpec, simulate_epoch
 from simulator.layers import ModelSpec
 from simulator.profile import Profile
 from simulator.workload import PartitionStats, estimate_partition, load_manifest
@@ -182,6 +182,16 @@ def model_for(row: pd.Series) -> ModelSpec:
     )
 
 
+def simulate_row(
+    row: pd.Series, profile: Profile, stats: PartitionStats | None = None, model: ModelSpec | None = None
+) -> EpochResult:
+    """Simulate the configuration of one :func:`summarize_measured` row (its partition, model, mode,
+    prefetch and threads per worker)."""
+    threads = float(row["threads"]) if float(row.get("threads") or 0) > 0 else None
+    run = RunSpec(mode=split_mode(row["mode"])[0], prefetch=int(row["prefetch"]), threads=threads)
+    return simulate_epoch(stats or stats_for(row), model or model_for(row), run, profile)
+
+
 def _error(pred: float, meas: float) -> float:
     return pred / meas - 1.0 if meas > 0 and np.isfinite(pred) and np.isfinite(meas) else math.nan
 
@@ -195,9 +205,7 @@ def validate(
     for i, row in measured.iterrows():
         stats = stats_for(row)
         model = model_for(row)
-        threads = float(row["threads"]) if float(row.get("threads") or 0) > 0 else None
-        run = RunSpec(mode=split_mode(row["mode"])[0], prefetch=int(row["prefetch"]), threads=threads)
-        result = simulate_epoch(stats, model, run, profile)
+        result = simulate_row(row, profile, stats, model)
         pred_t = float(result.epoch_time_s.max())
         pred_m = float(result.peak_above_baseline_bytes.max())
         out = row.to_dict()
