@@ -128,11 +128,60 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache", default=".cache/partitions", help="partition cache directory")
     p.add_argument("--timeout", type=float, default=600.0, help="per-wait timeout of workers (s)")
     p.add_argument("--json", help="write the summary rows here")
+    p.add_argument("--probe", action="store_true",
+                   help="run the simulator's speed probe (a fixed 1-worker GCN run, 10-30 s) before the first and "
+                        "after every configuration and add its epoch time to the records (probe_* columns), so "
+                        "`sarlab simulate --validate` can follow the machine's speed drift")
     a = p.parse_args(argv)
     a.argv = list(sys.argv[3:] if argv is None else argv)
     base = QUICK if a.quick else FULL
     cfg = {k: getattr(a, k) if getattr(a, k) is not None else v for k, v in base.items()}
     return run(a, cfg)
+
+
+def keep_manifest(pdir: str, dest: str) -> None:
+    """Copy a partition's manifest.json (its sizes, edges per shard and halo rows: a few KB) to
+    ``dest/<partition dir name>.json``, so that `sarlab simulate --validate` of the records works on the
+    exact partition in a clone without the partition cache."""
+    import shutil
+
+    os.makedirs(dest, exist_ok=True)
+    shutil.copyfile(os.path.join(pdir, "manifest.json"), os.path.join(dest, os.path.basename(pdir) + ".json"))
+
+
+class _Prober:
+    """Runs :func:`simulator.calibrate.speed_probe` between configurations and gives each configuration's
+    records the probes on both sides of it (``probe_before_s``, ``probe_after_s``, their geometric mean
+    ``probe_epoch_s``) plus the probe's configuration."""
+
+    def __init__(self, cache: str, manifests: str | None = None) -> None:
+        from simulator.calibrate import PROBE_GRAPH
+
+        key = hashlib.sha256(f"{PROBE_GRAPH}|1|metis".encode()).hexdigest()[:12]
+        self.pdir = os.path.join(cache, f"probe-{key}-n1")
+        self.manifests = manifests
+        self.last: dict | None = None
+
+    def run(self, t_start: float) -> dict:
+        from simulator.calibrate import speed_probe
+
+        t0 = time.perf_counter()
+        self.last = speed_probe(self.pdir)
+        if self.manifests:
+            keep_manifest(self.pdir, self.manifests)
+        print(f"[{time.perf_counter() - t_start:6.0f}s] speed probe: epoch {self.last['probe_epoch_s']:.2f}s "
+              f"({time.perf_counter() - t0:.0f}s)", flush=True)
+        return self.last
+
+    def attach(self, recs: list[dict], t_start: float) -> None:
+        before = self.last
+        assert before is not None
+        after = self.run(t_start)
+        cols = {k: v for k, v in after.items() if k not in ("probe_epoch_s", "probe_time")}
+        cols.update(probe_before_s=before["probe_epoch_s"], probe_after_s=after["probe_epoch_s"],
+                    probe_epoch_s=(before["probe_epoch_s"] * after["probe_epoch_s"]) ** 0.5)
+        for r in recs:
+            r.update(cols)
 
 
 def run(a, cfg: dict) -> int:
@@ -153,6 +202,9 @@ def run(a, cfg: dict) -> int:
     graph = None
     records = []
     t_start = time.perf_counter()
+    probe = _Prober(a.cache, os.path.join(a.out, f"{a.prefix}_manifests")) if a.probe else None
+    if probe is not None:
+        probe.run(t_start)
     for n in workers:
         key = hashlib.sha256(f"{spec}|{n}|metis".encode()).hexdigest()[:12]
         pdir = os.path.join(a.cache, f"{key}-n{n}")
@@ -162,6 +214,7 @@ def run(a, cfg: dict) -> int:
                 graph = load_graph(spec)
             print(f"partitioning into {n} parts -> {pdir}", flush=True)
             partition(graph, n, pdir, source=spec)
+        keep_manifest(pdir, os.path.join(a.out, f"{a.prefix}_manifests"))
         for model_spec in a.models.split(","):
             model, _, aggr = model_spec.partition("-")
             modes = a.modes.split(",")
@@ -182,6 +235,8 @@ def run(a, cfg: dict) -> int:
                 recs = launch(job, n)
                 for r in recs:
                     r["mode"] = mode_spec
+                if probe is not None:
+                    probe.attach(recs, t_start)
                 records += recs
                 df = pd.DataFrame(recs)
                 last = df[df.epoch == df.epoch.max()]

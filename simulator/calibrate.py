@@ -33,12 +33,15 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from simulator.profile import Link, OpCost, Profile
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Printer = Callable[[str], None]
 
@@ -57,6 +60,7 @@ class Calibration:
             (see :func:`quiet_step`); 1 = no retry.
         quiet_wait_s: seconds to wait for an idle machine before each try.
         engine: fit :attr:`Profile.compute_scale` from real engine epochs (:func:`bench_engine`).
+        share_rounds: alternating solo / co-located rounds of :func:`bench_share` (median taken).
         log: progress printer.
     """
 
@@ -68,6 +72,7 @@ class Calibration:
     quiet_tries: int = 3
     quiet_wait_s: float = 120.0
     engine: bool = True
+    share_rounds: int = 3
     log: Printer = print
     notes: list[str] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict)
@@ -620,6 +625,19 @@ def bench_first_use(cal: Calibration) -> tuple[dict[str, float], dict[str, float
     )
 
 
+def share_eta(solo: dict[str, float], shared: list[dict[str, float]]) -> dict[str, float]:
+    r"""Per family, the efficiency of each extra co-located process from one solo and one co-located window:
+    with rates ``r_1`` alone and ``r_C`` (mean of the ``C`` copies), :math:`\eta = (C r_C / r_1 - 1)/(C - 1)`
+    (unclipped)."""
+    cores = len(shared)
+    if cores < 2:
+        raise ValueError("share_eta needs at least two co-located processes")
+    return {
+        name: (cores * statistics.mean(out[name] for out in shared) / rate - 1.0) / (cores - 1)
+        for name, rate in solo.items()
+    }
+
+
 def bench_share(cal: Calibration, cores: int) -> dict[str, float]:
     r"""``share_eff`` per family: :mod:`simulator.sharebench` alone, then as ``cores`` concurrent processes.
 
@@ -655,13 +673,20 @@ def bench_share(cal: Calibration, cores: int) -> dict[str, float]:
                     proc.kill()
         return outputs
 
-    solo = launch(1)[0]
-    shared = launch(cores)
-    result = {}
-    for name, rate in solo.items():
-        together = statistics.mean(out[name] for out in shared) / rate
-        result[name] = float(np.clip((cores * together - 1.0) / (cores - 1), 0.0, 1.0))
-    cal.raw["share"] = {"solo_calls_per_s": solo, "shared_calls_per_s": shared, "processes": cores}
+    # A shared VM's speed drifts within minutes (one solo gemm window once ran slower than either of two
+    # co-running copies), so solo and shared windows alternate and each family's eta is the median over
+    # rounds of the ratio of adjacent solo and shared rates.
+    rounds = 1 if cal.quick else cal.share_rounds
+    per_round: dict[str, list[float]] = {}
+    raw_rounds = []
+    for _ in range(max(rounds, 1)):
+        solo = launch(1)[0]
+        shared = launch(cores)
+        raw_rounds.append({"solo_calls_per_s": solo, "shared_calls_per_s": shared})
+        for name, eta in share_eta(solo, shared).items():
+            per_round.setdefault(name, []).append(eta)
+    result = {name: float(np.clip(statistics.median(v), 0.0, 1.0)) for name, v in per_round.items()}
+    cal.raw["share"] = {"rounds": raw_rounds, "eta_per_round": per_round, "processes": cores}
     return result
 
 
@@ -741,38 +766,54 @@ ENGINE_GRAPH = "synthetic:nodes=150000,degree=30,features=128,classes=16,seed=7"
 ENGINE_GRAPH_QUICK = "synthetic:nodes=3000,degree=10,features=16,classes=4,seed=7"
 
 
+def engine_epoch(
+    spec: str, model: str, layers: int, hidden: int, epochs: int, partition_dir: str | Path
+) -> pd.Series:
+    """One real single-worker ``sarlab train`` run (a subprocess: the engine's own launcher, malloc
+    settings and threads) of ``model`` (sar, mean aggregation) on graph ``spec``; returns its
+    :func:`simulator.validate.summarize_measured` row (median epoch time of the epochs after the first).
+    ``partition_dir`` is reused when it already holds the partition."""
+    import tempfile
+
+    from simulator.validate import read_records, summarize_measured
+
+    root = Path(__file__).resolve().parent.parent
+    reuse = (Path(partition_dir) / "manifest.json").exists()
+    graph = ["--graph", str(partition_dir)] if reuse else ["--graph", spec, "--partition-dir", str(partition_dir)]
+    with tempfile.TemporaryDirectory(prefix="sarlab-engine-epoch-") as tmp:
+        out = Path(tmp) / f"{model}.json"
+        cmd = [
+            sys.executable, "-m", "real.cli", "train", *graph, "--workers", "1", "--mode", "sar",
+            "--model", model, "--layers", str(layers), "--hidden", str(hidden), "--epochs", str(epochs),
+            "--eval-every", "0", "--json", str(out),
+        ]  # fmt: skip
+        proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=900)
+        if proc.returncode != 0:
+            raise RuntimeError(f"sarlab train ({model}) exited with {proc.returncode}: {proc.stderr[-400:]}")
+        return summarize_measured(read_records(out), warmup=1).iloc[0]
+
+
 def bench_engine(cal: Calibration, profile: Profile) -> tuple[float, dict[str, Any]]:
     """Fit :attr:`Profile.compute_scale`: real single-worker epochs of the engine vs the simulator's
     prediction of them from the microbenchmark profile.
 
-    Runs ``sarlab train`` (a subprocess: the engine's own launcher, malloc settings and threads) for GCN and
-    GraphSAGE-mean, 3 layers, hidden 256, one worker, on :data:`ENGINE_GRAPH` (150k nodes: whole-graph
-    tensors of 150 MB, large enough to be fresh pages as in real runs, and a graph that no benchmark or
-    validation uses). One worker keeps communication out of the fit. The scale is the geometric mean of
-    measured / predicted epoch time (median of the epochs after the first). Returns the scale and the raw
-    numbers.
+    Runs :func:`engine_epoch` for GCN and GraphSAGE-mean, 3 layers, hidden 256, one worker, on
+    :data:`ENGINE_GRAPH` (150k nodes: whole-graph tensors of 150 MB, large enough to be fresh pages as in
+    real runs, and a graph that no benchmark or validation uses). One worker keeps communication out of the
+    fit. The scale is the geometric mean of measured / predicted epoch time (median of the epochs after the
+    first). Returns the scale and the raw numbers.
     """
     import tempfile
 
-    from simulator.validate import read_records, simulate_row, summarize_measured
+    from simulator.validate import simulate_row
 
     spec = ENGINE_GRAPH_QUICK if cal.quick else ENGINE_GRAPH
     layers, hidden, epochs = (2, 32, 2) if cal.quick else (3, 256, 3)
-    root = Path(__file__).resolve().parent.parent
     raw: dict[str, Any] = {"graph": spec, "layers": layers, "hidden": hidden, "runs": []}
     ratios = []
     with tempfile.TemporaryDirectory(prefix="sarlab-cal-engine-") as tmp:
         for model in ("gcn", "sage"):
-            out = Path(tmp) / f"{model}.json"
-            cmd = [
-                sys.executable, "-m", "real.cli", "train", "--graph", spec, "--workers", "1", "--mode", "sar",
-                "--model", model, "--layers", str(layers), "--hidden", str(hidden), "--epochs", str(epochs),
-                "--eval-every", "0", "--partition-dir", str(Path(tmp) / "parts"), "--json", str(out),
-            ]  # fmt: skip
-            proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=900)
-            if proc.returncode != 0:
-                raise RuntimeError(f"sarlab train ({model}) exited with {proc.returncode}: {proc.stderr[-400:]}")
-            row = summarize_measured(read_records(out), warmup=1).iloc[0]
+            row = engine_epoch(spec, model, layers, hidden, epochs, Path(tmp) / "parts")
             predicted = float(simulate_row(row, profile).epoch_time_s.max())
             measured = float(row["measured_epoch_time_s"])
             ratios.append(measured / predicted)
@@ -781,6 +822,36 @@ def bench_engine(cal: Calibration, profile: Profile) -> tuple[float, dict[str, A
     scale = float(np.exp(np.mean(np.log(ratios))))
     raw["compute_scale"] = scale
     return scale, raw
+
+
+#: the speed probe of :func:`speed_probe`: one worker, GCN, 3 layers, hidden 256, 3 epochs (~10-20 s here)
+PROBE_GRAPH = "synthetic:nodes=100000,degree=30,features=128,classes=16,seed=11"
+PROBE_MODEL = {"model": "gcn", "layers": 3, "hidden": 256, "epochs": 3}
+
+
+def speed_probe(partition_dir: str | Path, spec: str = PROBE_GRAPH) -> dict[str, Any]:
+    """Measure the machine's current speed with a fixed real workload (:data:`PROBE_MODEL` on ``spec``,
+    one worker; a graph no benchmark uses).
+
+    A shared VM's speed drifts (identical engine epochs here took 3.8 s and 6.8 s 20 minutes apart), so
+    ``sarlab bench engine --probe`` runs this between configurations; the validation divides each
+    configuration's adjacent probe epoch time by the simulator's prediction of the probe to get the
+    ``compute_scale`` that held while it ran (:func:`simulator.validate.probe_scale`). Returns the probe's
+    epoch time and the configuration columns the prediction needs.
+    """
+    row = engine_epoch(spec, PROBE_MODEL["model"], PROBE_MODEL["layers"], PROBE_MODEL["hidden"],
+                       PROBE_MODEL["epochs"], partition_dir)  # fmt: skip
+    return {
+        "probe_epoch_s": float(row["measured_epoch_time_s"]),
+        "probe_graph": spec,
+        "probe_num_nodes": int(row["num_nodes"]),
+        "probe_num_edges": int(row["num_edges"]),
+        "probe_feature_dim": int(row["feature_dim"]),
+        "probe_num_classes": int(row["num_classes"]),
+        "probe_partition_dir": str(partition_dir),
+        "probe_threads": int(row["threads"]),
+        "probe_time": time.time(),
+    }
 
 
 # ------------------------------------------------------------------------------------------- main

@@ -159,6 +159,14 @@ def simulate_parser() -> argparse.ArgumentParser:
         help="validation table (default: %(default)s); its PNG is written beside it",
     )
     p.add_argument("--warmup", type=int, default=1, help="validation: epochs before this one are warm-up")
+    p.add_argument(
+        "--drift",
+        choices=("none", "probe", "auto"),
+        default="none",
+        help="validation: which prediction is the primary one: 'none' the profile's own compute_scale, 'probe' "
+        "the compute_scale the speed probes next to each run measured (records of `sarlab bench engine --probe`), "
+        "'auto' probe where the records have probes (default: %(default)s); both are in the table when probes exist",
+    )
     p.add_argument("--json", metavar="PATH", help="write machine-readable output here")
     return p
 
@@ -265,7 +273,11 @@ def _validate(args: argparse.Namespace, profile: Profile) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     _print(f"{len(records)} records from {', '.join(args.validate)}")
-    table = validate(records, profile, warmup=args.warmup, progress=_print)
+    try:
+        table = validate(records, profile, warmup=args.warmup, progress=_print, drift=args.drift)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     errors = error_summary(table)
     out = Path(args.validation_out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -275,6 +287,12 @@ def _validate(args: argparse.Namespace, profile: Profile) -> int:
     _print(
         f"median |error|: time {errors['median_abs_time_error']:.1%}, "
         f"memory {errors['median_abs_memory_error']:.1%} over {errors['configurations']} configurations"
+        + (
+            f"; time with each run's probe-measured compute_scale: {errors['median_abs_time_error_probe']:.1%}, "
+            f"with the profile's own ({profile.compute_scale:.3g}): {errors['median_abs_time_error_static']:.1%}"
+            if "median_abs_time_error_probe" in errors
+            else ""
+        )
     )
     _print(f"wrote {out}\nwrote {png}")
     if args.json:

@@ -40,6 +40,19 @@ def edge_chunks(edges: Number, chunk: int = UNFUSED_CHUNK_EDGES) -> tuple[Number
     return np.minimum(e, chunk), np.maximum(np.ceil(e / chunk), 1.0)
 
 
+#: op families whose per-row work (``Op.rows``) is done only for destination rows with an edge in the shard:
+#: the fused C++ GAT kernel skips a row without one (``kernels/csrc/gat.cpp``); the torch formulations and
+#: MKL's sparse products touch every row of the output
+ACTIVE_ROW_FAMILIES = ("gat_fused",)
+
+
+def active_rows(edges: Number, n: Number) -> Number:
+    """Expected destination rows with at least one of ``edges`` edges spread at random over ``n`` rows:
+    :math:`n (1 - e^{-e/n})`."""
+    e, rows = np.asarray(edges, dtype=np.float64), np.asarray(n, dtype=np.float64)
+    return rows * -np.expm1(-e / np.maximum(rows, 1.0))
+
+
 @dataclass(frozen=True)
 class Op:
     """An amount of work of one op family (priced by :class:`simulator.costs.CostModel`).
@@ -273,7 +286,8 @@ class LayerPlan:
         """
         b = self.bytes_per_element
         gathered = num_src * self.agg_width_in * b
-        ops = [Op(self.family, edges * self.agg_width_in, rows=n * self.agg_width, gather_bytes=gathered)]
+        rows = active_rows(edges, n) if self.family in ACTIVE_ROW_FAMILIES else n
+        ops = [Op(self.family, edges * self.agg_width_in, rows=rows * self.agg_width, gather_bytes=gathered)]
         if self.kind == "gat" and not self.autograd:
             calls = 1.0 if self.fused else edge_chunks(edges)[1]
             copied = calls * num_src * (self.agg_width + self.heads) + n * self.heads

@@ -138,6 +138,13 @@ def validation_plot(table: pd.DataFrame, path: str | Path, title: str = "") -> P
     colours = {m: f"C{i}" for i, m in enumerate(sorted(set(models)))}
     markers = {"sar": "o", "sar+fused": "D", "sa": "s", "oneshot": "^"}
     workers = table["workers"].to_numpy(float)
+    # with speed probes, the other of the two time predictions (validate's docstring) is drawn hollow
+    other_col = None
+    if "predicted_epoch_time_probe_s" in table:
+        probe_is_primary = bool(np.allclose(table["predicted_epoch_time_probe_s"], table["predicted_epoch_time_s"]))
+        other_col = "predicted_epoch_time_static_s" if probe_is_primary else "predicted_epoch_time_probe_s"
+    drifted = other_col is not None
+    static = table[other_col].to_numpy(float) if drifted else None
     for ax, (mx, px, name) in zip(axes, pairs, strict=False):
         scale = 2**20 if "bytes" in mx else 1.0
         meas, pred = table[mx].to_numpy(float) / scale, table[px].to_numpy(float) / scale
@@ -148,6 +155,11 @@ def validation_plot(table: pd.DataFrame, path: str | Path, title: str = "") -> P
                 if sel.any():
                     ax.scatter(meas[sel], pred[sel], marker=marker, color=colour, s=12 + 6 * workers[sel],
                                label=f"{model} {mode}", alpha=0.8)
+                    if drifted and "time" in mx:  # the profile's own prediction: hollow, joined to the corrected
+                        ax.scatter(meas[sel], static[sel], marker=marker, facecolors="none", edgecolors=colour,
+                                   s=12 + 6 * workers[sel], alpha=0.5, linewidths=0.7)
+                        for m_, a_, b_ in zip(meas[sel], static[sel], pred[sel], strict=True):
+                            ax.plot([m_, m_], [a_, b_], color=colour, linewidth=0.4, alpha=0.5)
         if ok.any():
             lo, hi = min(meas[ok].min(), pred[ok].min()) / 1.3, max(meas[ok].max(), pred[ok].max()) * 1.3
             ax.plot([lo, hi], [lo, hi], "k--", linewidth=0.8)
@@ -158,6 +170,11 @@ def validation_plot(table: pd.DataFrame, path: str | Path, title: str = "") -> P
         ax.set_xlabel(f"measured {name}")
         ax.set_ylabel(f"predicted {name}")
     axes[1].legend(fontsize=7, ncol=2, loc="upper left")
+    if drifted:
+        names = ("profile's compute_scale", "speed probes' compute_scale")
+        if other_col == "predicted_epoch_time_static_s":
+            names = names[::-1]
+        axes[0].set_title(f"filled: {names[0]}; hollow: {names[1]}", fontsize=8)
     fig.suptitle(title or "simulator: predicted vs measured")
     fig.tight_layout()
     path = Path(path)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -90,12 +91,20 @@ def read_records(path: str | Path) -> pd.DataFrame:
         df = pd.DataFrame(obj.get("records", [obj]))
     else:
         df = pd.DataFrame([json.loads(line) for line in text.splitlines() if line.strip()])
+    df = with_defaults(df, str(path))
+    df["records_path"] = str(path)
+    return df
+
+
+def with_defaults(df: pd.DataFrame, source: str = "records") -> pd.DataFrame:
+    """Check the required metric-record columns and fill the optional configuration columns' defaults."""
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise ValueError(
-            f"{path}: records lack columns {missing}; they must have the metric-record columns "
+            f"{source}: records lack columns {missing}; they must have the metric-record columns "
             "(mode, model, workers, rank, epoch, epoch_time_s, ...) and the configuration columns"
         )
+    df = df.copy()
     for key, value in DEFAULTS.items():
         if key not in df.columns:
             df[key] = value
@@ -136,15 +145,92 @@ def summarize_measured(df: pd.DataFrame, warmup: int = 1) -> pd.DataFrame:
         )
         .reset_index()
     )
+    carried = [c for c in (*PROBE_COLUMNS, "records_path") if c in keep.columns]
+    if carried:  # one value per configuration: its probe (``sarlab bench engine --probe``), its records file
+        extra = keep.groupby(keys, dropna=False)[carried].first().reset_index()
+        out = out.merge(extra, on=keys, how="left")
     return out
 
 
+#: columns ``sarlab bench engine --probe`` adds to every record: the speed probe's epoch time next to the run
+#: (geometric mean of the probes before and after it) and the probe's configuration
+PROBE_COLUMNS = (
+    "probe_epoch_s",
+    "probe_before_s",
+    "probe_after_s",
+    "probe_graph",
+    "probe_partition_dir",
+    "probe_num_nodes",
+    "probe_num_edges",
+    "probe_feature_dim",
+    "probe_num_classes",
+    "probe_threads",
+)
+
+
+def probe_row(row: pd.Series) -> pd.Series:
+    """The configuration of the speed probe that ran next to ``row`` (:func:`simulator.calibrate.speed_probe`),
+    as a :func:`summarize_measured`-like row that :func:`simulate_row` accepts."""
+    from simulator.calibrate import PROBE_MODEL
+
+    return pd.Series(
+        {
+            "label": "probe",
+            "graph": row["probe_graph"],
+            "partition_dir": row.get("probe_partition_dir") or "",
+            "num_nodes": int(row["probe_num_nodes"]),
+            "num_edges": int(row["probe_num_edges"]),
+            "feature_dim": int(row["probe_feature_dim"]),
+            "num_classes": int(row["probe_num_classes"]),
+            "model": PROBE_MODEL["model"],
+            "layers": PROBE_MODEL["layers"],
+            "hidden": PROBE_MODEL["hidden"],
+            "heads": 1,
+            "aggr": "mean",
+            "fused": False,
+            "mode": "sar",
+            "workers": 1,
+            "prefetch": 1,
+            "dtype": "float32",
+            "batchnorm": False,
+            "dropout": 0.0,
+            "threads": int(row["probe_threads"]),
+            "records_path": row.get("records_path") or "",
+        }
+    )
+
+
+def probe_scale(row: pd.Series, profile: Profile) -> float:
+    """``compute_scale`` while ``row`` ran: its adjacent speed-probe epoch time over the simulator's
+    prediction of the probe with ``compute_scale`` 1 (NaN when the records carry no probe)."""
+    value = row.get("probe_epoch_s")
+    if value is None or not np.isfinite(float(value)) or float(value) <= 0:
+        return math.nan
+    predicted = float(simulate_row(probe_row(row), replace(profile, compute_scale=1.0)).epoch_time_s.max())
+    return float(value) / predicted
+
+
+def manifest_path(pdir: str, records_path: str = "") -> Path | None:
+    """Where the manifest of partition directory ``pdir`` is: the directory itself, else the copy
+    ``sarlab bench engine`` keeps beside its records (``<records stem>_manifests/<dir name>.json``)."""
+    if not pdir:
+        return None
+    if (Path(pdir) / "manifest.json").exists():
+        return Path(pdir) / "manifest.json"
+    if records_path:
+        kept = Path(records_path).with_name(Path(records_path).stem + "_manifests") / (Path(pdir).name + ".json")
+        if kept.exists():
+            return kept
+    return None
+
+
 def stats_for(row: pd.Series) -> PartitionStats:
-    """The partition the records ran on (its manifest), or a random-partition estimate from the totals."""
+    """The partition the records ran on (its manifest, or the copy kept beside the records), or a
+    random-partition estimate from the totals."""
     workers = int(row["workers"])
-    pdir = str(row.get("partition_dir") or "")
-    if pdir and (Path(pdir) / "manifest.json").exists():
-        stats = load_manifest(pdir)
+    found = manifest_path(str(row.get("partition_dir") or ""), str(row.get("records_path") or ""))
+    if found is not None:
+        stats = load_manifest(found)
         if stats.num_parts == workers:
             return stats
     return estimate_partition(
@@ -197,32 +283,65 @@ def _error(pred: float, meas: float) -> float:
 
 
 def validate(
-    records: pd.DataFrame, profile: Profile, warmup: int = 1, progress: Callable[[str], None] | None = None
+    records: pd.DataFrame,
+    profile: Profile,
+    warmup: int = 1,
+    progress: Callable[[str], None] | None = None,
+    drift: str = "none",
 ) -> pd.DataFrame:
-    """Simulate every configuration in ``records``; one row per configuration with both values and errors."""
-    measured = summarize_measured(records, warmup)
+    """Simulate every configuration in ``records``; one row per configuration with both values and errors.
+
+    Every configuration is priced with the profile as it is (``predicted_epoch_time_static_s``,
+    ``time_error_static``) and, where the records carry speed probes (``sarlab bench engine --probe``), also
+    with the ``compute_scale`` its adjacent probes measured (:func:`probe_scale`;
+    ``predicted_epoch_time_probe_s``, ``time_error_probe``). ``drift`` picks which of the two is the
+    row's ``predicted_*`` / ``time_error``: ``"none"`` the profile's own, ``"probe"`` the probe-scaled one
+    (an error without probes), ``"auto"`` probe-scaled where the records have probes.
+    """
+    if drift not in ("auto", "probe", "none"):
+        raise ValueError(f"drift must be auto, probe or none, got {drift!r}")
+    measured = summarize_measured(with_defaults(records), warmup)
+    if drift == "probe" and "probe_epoch_s" not in measured.columns:
+        raise ValueError("drift='probe' needs records with probe columns (sarlab bench engine --probe)")
     rows = []
     for i, row in measured.iterrows():
         stats = stats_for(row)
         model = model_for(row)
-        result = simulate_row(row, profile, stats, model)
+        meas_t = float(row["measured_epoch_time_s"])
+        static = simulate_row(row, profile, stats, model)
+        scale = probe_scale(row, profile)
+        probed = simulate_row(row, replace(profile, compute_scale=scale), stats, model) if np.isfinite(scale) else None
+        result = probed if probed is not None and drift != "none" else static
         pred_t = float(result.epoch_time_s.max())
         pred_m = float(result.peak_above_baseline_bytes.max())
         out = row.to_dict()
         out.update(
             workload_source=stats.source,
+            compute_scale_used=scale if result is probed else profile.compute_scale,
             predicted_epoch_time_s=pred_t,
             predicted_peak_above_baseline_bytes=pred_m,
             predicted_comm_wait_s=float(result.comm_wait_s.max()),
             predicted_bytes_sent=float(result.bytes_sent.sum()),
-            time_error=_error(pred_t, float(row["measured_epoch_time_s"])),
+            time_error=_error(pred_t, meas_t),
             memory_error=_error(pred_m, float(row["measured_peak_above_baseline_bytes"])),
+            predicted_epoch_time_static_s=float(static.epoch_time_s.max()),
+            time_error_static=_error(float(static.epoch_time_s.max()), meas_t),
         )
+        if probed is not None:
+            out.update(
+                probe_compute_scale=scale,
+                predicted_epoch_time_probe_s=float(probed.epoch_time_s.max()),
+                time_error_probe=_error(float(probed.epoch_time_s.max()), meas_t),
+            )
         rows.append(out)
         if progress is not None:
+            other = ""
+            if probed is not None:
+                key = "time_error_static" if result is probed else "time_error_probe"
+                other = f"; {'profile' if result is probed else 'probe'} scale {out[key]:+.0%}"
             progress(
                 f"[{i + 1}/{len(measured)}] {model.label():10s} {row['mode']:10s} N={int(row['workers']):<3d} "
-                f"time {pred_t:.4g}s vs {row['measured_epoch_time_s']:.4g}s ({out['time_error']:+.0%}), "
+                f"time {pred_t:.4g}s vs {meas_t:.4g}s ({out['time_error']:+.0%}{other}), "
                 f"peak {pred_m / 2**20:.1f} vs {row['measured_peak_above_baseline_bytes'] / 2**20:.1f} MiB "
                 f"({out['memory_error']:+.0%})"
             )
@@ -236,11 +355,16 @@ def error_summary(table: pd.DataFrame) -> dict[str, float]:
         vals = table[col].abs().dropna()
         return float(vals.median()) if len(vals) else math.nan
 
-    return {
+    out = {
         "configurations": int(len(table)),
         "median_abs_time_error": med("time_error"),
         "median_abs_memory_error": med("memory_error"),
     }
+    if "time_error_static" in table.columns:
+        out["median_abs_time_error_static"] = med("time_error_static")
+    if "time_error_probe" in table.columns:
+        out["median_abs_time_error_probe"] = med("time_error_probe")
+    return out
 
 
 def markdown_table(table: pd.DataFrame) -> str:

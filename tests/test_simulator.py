@@ -770,3 +770,107 @@ def test_compute_scale_multiplies_compute_only():
     assert b.bytes_sent == pytest.approx(a.bytes_sent)
     assert b.peak_above_baseline_bytes == pytest.approx(a.peak_above_baseline_bytes)
     assert Profile.from_json(scaled.to_json()).compute_scale == 2.5
+
+
+def _probe_records(workers: int, probe_epoch_s: float | None, probe_nodes: int = 2000) -> pd.DataFrame:
+    """Records of one SAGE configuration on an estimated partition (no manifest), 2 epochs, optionally with
+    ``sarlab bench engine --probe`` columns."""
+    rows = []
+    for epoch in range(2):
+        for rank in range(workers):
+            r = {"mode": "sar", "model": "sage", "workers": workers, "rank": rank, "epoch": epoch,
+                 "epoch_time_s": 1.0, "comm_wait_s": 0.0, "bytes_sent": 0, "peak_mem_bytes": 2000,
+                 "baseline_mem_bytes": 1000, "graph": "est", "num_nodes": 3000, "num_edges": 30000,
+                 "feature_dim": 8, "num_classes": 4, "layers": 2, "hidden": 8, "threads": 1}  # fmt: skip
+            if probe_epoch_s is not None:
+                r.update(probe_epoch_s=probe_epoch_s, probe_before_s=probe_epoch_s, probe_after_s=probe_epoch_s,
+                         probe_graph="est-probe", probe_partition_dir="", probe_num_nodes=probe_nodes,
+                         probe_num_edges=10 * probe_nodes, probe_feature_dim=16, probe_num_classes=4,
+                         probe_threads=1)  # fmt: skip
+            rows.append(r)
+    return pd.DataFrame(rows)
+
+
+def test_validation_follows_the_speed_probe():
+    """With probe columns, each configuration is priced with compute_scale = probe epoch / the simulator's
+    probe prediction at scale 1: a probe that ran 3x the prediction gives scale 3 and, for one worker (all
+    compute), exactly 3 / the profile's scale times the profile's own prediction."""
+    from simulator.calibrate import PROBE_MODEL
+    from simulator.validate import validate
+
+    base = replace(hand_profile(), compute_scale=1.5)
+    # the probe prediction, built here from the probe's definition (GCN, sar, one worker, estimated graph)
+    probe_model = ModelSpec(PROBE_MODEL["model"], layers=PROBE_MODEL["layers"], hidden=PROBE_MODEL["hidden"])
+    probe_pred = simulate_epoch(
+        estimate_partition(2000, 20000, 1, 16, 4), probe_model, RunSpec(mode="sar", threads=1),
+        replace(base, compute_scale=1.0),
+    ).epoch_time_s.max()  # fmt: skip
+    table = validate(_probe_records(1, 3.0 * probe_pred), base, drift="auto")
+    row = table.iloc[0]
+    assert row["compute_scale_used"] == pytest.approx(3.0) and row["probe_compute_scale"] == pytest.approx(3.0)
+    assert row["predicted_epoch_time_s"] == pytest.approx(row["predicted_epoch_time_static_s"] * 3.0 / 1.5)
+    assert row["time_error_static"] == pytest.approx(row["predicted_epoch_time_static_s"] / 1.0 - 1.0)
+    assert row["time_error_probe"] == pytest.approx(row["time_error"])
+    # the default keeps the profile's scale as the primary prediction and reports the probe's beside it;
+    # records without probes cannot be asked for drift="probe"
+    none = validate(_probe_records(1, 3.0 * probe_pred), base).iloc[0]
+    assert none["compute_scale_used"] == 1.5
+    assert none["predicted_epoch_time_s"] == pytest.approx(row["predicted_epoch_time_static_s"])
+    assert none["predicted_epoch_time_probe_s"] == pytest.approx(row["predicted_epoch_time_s"])
+    plain = validate(_probe_records(1, None), base, drift="auto")
+    assert plain.iloc[0]["compute_scale_used"] == 1.5 and "time_error_probe" not in plain.columns
+    with pytest.raises(ValueError, match="probe"):
+        validate(_probe_records(1, None), base, drift="probe")
+
+
+def test_bench_probe_brackets_each_configuration(monkeypatch):
+    """`sarlab bench engine --probe`: a configuration's records get the probes before and after it and their
+    geometric mean."""
+    import simulator.calibrate as calibrate
+    from real.bench import _Prober
+
+    times = iter([2.0, 8.0, 2.0])
+    monkeypatch.setattr(calibrate, "speed_probe", lambda pdir: {"probe_epoch_s": next(times), "probe_graph": "g",
+                                                                "probe_time": 0.0})  # fmt: skip
+    prober = _Prober("/nonexistent-cache")
+    prober.run(0.0)
+    first, second = [{"rank": 0}, {"rank": 1}], [{"rank": 0}]
+    prober.attach(first, 0.0)
+    prober.attach(second, 0.0)
+    assert [r["probe_epoch_s"] for r in first] == [pytest.approx(4.0)] * 2
+    assert (first[0]["probe_before_s"], first[0]["probe_after_s"]) == (2.0, 8.0)
+    assert second[0]["probe_epoch_s"] == pytest.approx(4.0) and second[0]["probe_before_s"] == 8.0
+    assert first[0]["probe_graph"] == "g" and "probe_time" not in first[0]
+
+
+def test_share_eta_from_solo_and_co_located_rates():
+    """eta = (C r_C / r_1 - 1) / (C - 1): two copies at the solo rate scale perfectly (1), at half of it
+    not at all (0)."""
+    from simulator.calibrate import share_eta
+
+    etas = share_eta({"gemm": 10.0, "spmm": 10.0, "x": 8.0}, [{"gemm": 10.0, "spmm": 5.0, "x": 6.0},
+                                                              {"gemm": 10.0, "spmm": 5.0, "x": 6.0}])  # fmt: skip
+    assert etas == pytest.approx({"gemm": 1.0, "spmm": 0.0, "x": 0.5})
+    with pytest.raises(ValueError):
+        share_eta({"gemm": 1.0}, [{"gemm": 1.0}])
+
+
+def test_validation_finds_the_manifest_kept_beside_the_records(tmp_path):
+    """A clone without the partition cache: the manifest copy `sarlab bench engine` keeps in
+    `<records stem>_manifests/` stands in for the missing partition directory (no estimate)."""
+    from simulator.validate import read_records, validate
+
+    stats = two_parts()
+    write_manifest(tmp_path / "gone", stats)
+    kept = tmp_path / "recs_manifests"
+    kept.mkdir()
+    (tmp_path / "gone" / "manifest.json").rename(kept / "tiny-n2.json")
+    recs = _probe_records(2, None).assign(partition_dir="/no/such/cache/tiny-n2", num_nodes=160, num_edges=590,
+                                          feature_dim=8, num_classes=4)  # fmt: skip
+    recs.to_csv(tmp_path / "recs.csv", index=False)
+    table = validate(read_records(tmp_path / "recs.csv"), hand_profile())
+    assert table.iloc[0]["workload_source"] == f"manifest:{kept / 'tiny-n2.json'}"
+    # without the copy the same records fall back to the random-partition estimate
+    (kept / "tiny-n2.json").unlink()
+    table = validate(read_records(tmp_path / "recs.csv"), hand_profile())
+    assert table.iloc[0]["workload_source"].startswith("estimate:")
