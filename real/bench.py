@@ -202,6 +202,9 @@ def run(a, cfg: dict) -> int:
     graph = None
     records = []
     t_start = time.perf_counter()
+    from simulator.calibrate import cpu_model
+
+    machine = cpu_model()  # in every record: `sarlab simulate --validate` warns when the profile is another CPU's
     probe = _Prober(a.cache, os.path.join(a.out, f"{a.prefix}_manifests")) if a.probe else None
     if probe is not None:
         probe.run(t_start)
@@ -235,6 +238,7 @@ def run(a, cfg: dict) -> int:
                 recs = launch(job, n)
                 for r in recs:
                     r["mode"] = mode_spec
+                    r["machine"] = machine
                 if probe is not None:
                     probe.attach(recs, t_start)
                 records += recs
@@ -250,9 +254,7 @@ def run(a, cfg: dict) -> int:
     summary.to_csv(os.path.join(a.out, f"{a.prefix}_summary.csv"), index=False)
     rat = ratios(summary)
     rat.to_csv(os.path.join(a.out, f"{a.prefix}_ratios.csv"), index=False)
-    from simulator.calibrate import cpu_model
-
-    title = (f"measured on {cpu_model()} ({os.cpu_count()} cores), {time.strftime('%Y-%m-%d')}: {spec}, "
+    title = (f"measured on {machine} ({os.cpu_count()} cores), {time.strftime('%Y-%m-%d')}: {spec}, "
              f"{cfg['layers']} layers, hidden {cfg['hidden']}, gloo on loopback")
     plot(summary, os.path.join(a.out, f"{a.prefix}.png"), title)
     write_markdown(summary, rat, os.path.join(a.out, f"{a.prefix}.md"), title,

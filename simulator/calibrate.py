@@ -13,8 +13,9 @@ co-located single-thread processes (``share_eff``) comes from running a represen
 one and in ``C`` concurrent processes (:mod:`simulator.sharebench`). The network is
 two local gloo processes: ping-pong of several sizes fitted to :math:`\\alpha + b / B`, and a stream of
 back-to-back small messages giving the per-message channel time ``g`` (so ``L = alpha - g``).
-Last, short single-worker epochs of the real engine on a calibration graph give ``compute_scale``, the
-factor by which whole epochs run slower than their microbenchmarked ops (:func:`bench_engine`).
+Last, short single-worker epochs of the real engine on calibration graphs of several sizes give
+``compute_scale_curve``, the factor by which whole epochs run slower than their microbenchmarked ops, as a
+function of the activations' size (:func:`bench_engine`).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class Calibration:
         quiet_wait_s: seconds to wait for an idle machine before each try.
         engine: fit :attr:`Profile.compute_scale` from real engine epochs (:func:`bench_engine`).
         share_rounds: alternating solo / co-located rounds of :func:`bench_share` (median taken).
+        thread_rounds: alternating one-thread / all-core rounds of each op's thread efficiency (median taken).
         log: progress printer.
     """
 
@@ -73,6 +75,7 @@ class Calibration:
     quiet_wait_s: float = 120.0
     engine: bool = True
     share_rounds: int = 3
+    thread_rounds: int = 5
     log: Printer = print
     notes: list[str] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict)
@@ -163,22 +166,32 @@ def bench_gemm(cal: Calibration, cores: int) -> OpCost:
     coef = fit_nonnegative(np.array(rows), np.array(secs))
     n, k, m = max(shapes, key=lambda s: s[0] * s[1] * s[2])
     a, w = torch.randn(n, k), torch.randn(k, m)
-    eff = _parallel_eff(cal, cores, lambda: a @ w)
+    eff = _parallel_eff(cal, cores, lambda: a @ w, "gemm")
     cal.raw["gemm"] = {"shapes": shapes, "seconds": secs}
     return OpCost(rate=_rate(coef[1], 1e10), overhead_s=float(coef[0]), bwd_ratio=1.0, parallel_eff=eff)
 
 
-def _parallel_eff(cal: Calibration, cores: int, fn: Callable[[], Any]) -> float:
-    """:math:`\\eta` from one-thread and all-core times of ``fn``."""
+def thread_eta(one: float, all_cores: float, cores: int) -> float:
+    """Efficiency of each extra thread from one-thread and all-core times of the same call (unclipped)."""
+    return (one / max(all_cores, 1e-12) - 1.0) / (cores - 1)
+
+
+def _parallel_eff(cal: Calibration, cores: int, fn: Callable[[], Any], name: str) -> float:
+    """:math:`\\eta` of ``fn``: the median over :attr:`Calibration.thread_rounds` alternating one-thread /
+    all-core rounds, so that the VM's speed swings (2-thread GEMM speedups of 1.2-1.95x seconds apart here)
+    do not decide it from a single pair of timings; clipped to [0, 1]."""
     if cores <= 1:
         return 1.0
-    t1 = time_call(fn, cal.repeats)
-    _set_threads(cores)
-    try:
-        tc = time_call(fn, cal.repeats)
-    finally:
-        _set_threads(1)
-    return float(np.clip((t1 / max(tc, 1e-12) - 1.0) / (cores - 1), 0.0, 1.0))
+    etas = []
+    for _ in range(1 if cal.quick else cal.thread_rounds):
+        one = time_call(fn, cal.repeats)
+        _set_threads(cores)
+        try:
+            etas.append(thread_eta(one, time_call(fn, cal.repeats), cores))
+        finally:
+            _set_threads(1)
+    cal.raw.setdefault("thread_eta_rounds", {})[name] = etas
+    return float(np.clip(statistics.median(etas), 0.0, 1.0))
 
 
 def _sparse_shapes(cal: Calibration, scale: float = 1.0) -> list[tuple[int, int, int]]:
@@ -261,7 +274,7 @@ def bench_spmm(cal: Calibration, cores: int, gen: torch.Generator) -> OpCost:
             if last is None or tf > last[0]:  # the slowest shape measures the thread efficiency
                 last = (tf, (a, x, state))
         a, x, state = last[1]
-        eff = _parallel_eff(cal, cores, lambda: torch.sparse.addmm(state, a, x))
+        eff = _parallel_eff(cal, cores, lambda: torch.sparse.addmm(state, a, x), "spmm")
         rate, overhead, row_rate, ratio = _fit_sparse(rows, fwd, bwd, 1e9)
         # past the cache: the same product on growing matrices; what the in-cache fit leaves unexplained
         # is the cost of gathering rows from memory
@@ -335,7 +348,7 @@ def bench_max(cal: Calibration, cores: int, gen: torch.Generator) -> OpCost:
         if last is None or tf > last[0]:
             last = (tf, (x, col, dst, best, count))
     x, col, dst, best, count = last[1]
-    eff = _parallel_eff(cal, cores, lambda: _max_forward(x, col, dst, best, count))
+    eff = _parallel_eff(cal, cores, lambda: _max_forward(x, col, dst, best, count), "max_aggr")
     rate, overhead, row_rate, ratio = _fit_sparse(rows, fwd, bwd, 1e8)
     cal.raw["max_aggr"] = {"shapes": shapes, "fwd": fwd, "bwd": bwd}
     return OpCost(rate=rate, overhead_s=overhead, bwd_ratio=ratio, parallel_eff=eff, row_rate=row_rate)
@@ -397,7 +410,7 @@ def bench_gat_autograd(cal: Calibration, cores: int, gen: torch.Generator) -> Op
         bwd.append(max(tb - tf, 0.1 * tf))  # backward() ran the forward too
         if last is None or tf > last[0]:
             last = (tf, args)
-    eff = _parallel_eff(cal, cores, lambda: _gat_autograd_shard(*last[1]))
+    eff = _parallel_eff(cal, cores, lambda: _gat_autograd_shard(*last[1]), "gat_autograd")
     rate, overhead, row_rate, ratio = _fit_sparse(rows, fwd, bwd, 5e7)
     cal.raw["gat_autograd"] = {"shapes": _gat_shapes(cal), "fwd": fwd, "bwd": bwd}
     return OpCost(rate=rate, overhead_s=overhead, bwd_ratio=ratio, parallel_eff=eff, row_rate=row_rate)
@@ -430,7 +443,7 @@ def bench_gat_unfused(cal: Calibration, cores: int, gen: torch.Generator) -> OpC
         bwd.append(tb)
         if last is None or tf > last[0]:
             last = (tf, args)
-    eff = _parallel_eff(cal, cores, lambda: fwd_fn(*last[1], backend="torch"))
+    eff = _parallel_eff(cal, cores, lambda: fwd_fn(*last[1], backend="torch"), "gat_unfused")
     rate, overhead, row_rate, ratio = _fit_sparse(rows, fwd, bwd, 5e7)
     cal.raw["gat_unfused"] = {"shapes": _gat_shapes(cal), "fwd": fwd, "bwd": bwd}
     return OpCost(rate=rate, overhead_s=overhead, bwd_ratio=ratio, parallel_eff=eff, row_rate=row_rate)
@@ -473,7 +486,7 @@ def bench_gat_fused(cal: Calibration, cores: int, gen: torch.Generator) -> OpCos
             bwd.append(tb)
             if last is None or tf > last[0]:
                 last = (tf, (rowptr, col, s_dst, s_src, z))
-        eff = _parallel_eff(cal, cores, lambda: fwd_fn(*last[1], 0.2))
+        eff = _parallel_eff(cal, cores, lambda: fwd_fn(*last[1], 0.2), "gat_fused")
     except Exception as err:  # noqa: BLE001 - an API mismatch must not sink the whole calibration
         cal.notes.append(f"fused GAT not measured: calling the kernels failed ({type(err).__name__}: {err})")
         return None
@@ -499,7 +512,7 @@ def bench_elementwise(cal: Calibration, cores: int) -> OpCost:
         secs.append(t)
     coef = fit_nonnegative(np.array(rows), np.array(secs))
     a, b = torch.randn(sizes[-1]), torch.randn(sizes[-1])
-    eff = _parallel_eff(cal, cores, lambda: a + b)
+    eff = _parallel_eff(cal, cores, lambda: a + b, "elementwise")
     cal.raw["elementwise"] = {"sizes": sizes, "seconds": secs}
     return OpCost(rate=_rate(coef[1], 5e9), overhead_s=float(coef[0]), bwd_ratio=1.0, parallel_eff=eff)
 
@@ -762,8 +775,10 @@ def bench_network(cal: Calibration) -> tuple[Link, float, float]:
 
 # ------------------------------------------------------------------------------- engine epochs
 #: the calibration graph of :func:`bench_engine` (not a graph any benchmark or validation uses)
-ENGINE_GRAPH = "synthetic:nodes=150000,degree=30,features=128,classes=16,seed=7"
-ENGINE_GRAPH_QUICK = "synthetic:nodes=3000,degree=10,features=16,classes=4,seed=7"
+#: graphs of :func:`bench_engine` (``nodes`` from :data:`ENGINE_SIZES`, or the quick sizes)
+ENGINE_GRAPH = "synthetic:nodes={nodes},degree=30,features=128,classes=16,seed=7"
+ENGINE_SIZES = (12_500, 25_000, 50_000, 100_000, 200_000)
+ENGINE_SIZES_QUICK = (1_500, 3_000)
 
 
 def engine_epoch(
@@ -793,35 +808,50 @@ def engine_epoch(
         return summarize_measured(read_records(out), warmup=1).iloc[0]
 
 
-def bench_engine(cal: Calibration, profile: Profile) -> tuple[float, dict[str, Any]]:
-    """Fit :attr:`Profile.compute_scale`: real single-worker epochs of the engine vs the simulator's
-    prediction of them from the microbenchmark profile.
+def bench_engine(cal: Calibration, profile: Profile) -> tuple[float, tuple[tuple[float, float], ...], dict[str, Any]]:
+    """Fit :attr:`Profile.compute_scale_curve`: real single-worker epochs of the engine over what the
+    simulator predicts for them from the microbenchmark profile, at several graph sizes.
 
-    Runs :func:`engine_epoch` for GCN and GraphSAGE-mean, 3 layers, hidden 256, one worker, on
-    :data:`ENGINE_GRAPH` (150k nodes: whole-graph tensors of 150 MB, large enough to be fresh pages as in
-    real runs, and a graph that no benchmark or validation uses). One worker keeps communication out of the
-    fit. The scale is the geometric mean of measured / predicted epoch time (median of the epochs after the
-    first). Returns the scale and the raw numbers.
+    Runs :func:`engine_epoch` for GCN and GraphSAGE-mean, 3 layers, hidden 256, one worker, on graphs of
+    :data:`ENGINE_SIZES` nodes (degree 30, 128 features; graphs no benchmark or validation uses): whole-graph
+    activations of 13-205 MB, the range of one worker's shard in the validation runs. One worker keeps
+    communication out of the fit. At each size the scale is the geometric mean of measured / predicted
+    (median of the epochs after the first) over the two models, keyed by the run's activation bytes
+    (:func:`simulator.layers.activation_bytes`). Returns the geometric mean over all runs (the profile's
+    single ``compute_scale``), the curve and the raw numbers.
     """
     import tempfile
 
-    from simulator.validate import simulate_row
+    from simulator.layers import activation_bytes, layer_plans
+    from simulator.validate import model_for, simulate_row
 
-    spec = ENGINE_GRAPH_QUICK if cal.quick else ENGINE_GRAPH
+    one = profile.with_scale(1.0)
+    sizes = ENGINE_SIZES_QUICK if cal.quick else ENGINE_SIZES
     layers, hidden, epochs = (2, 32, 2) if cal.quick else (3, 256, 3)
-    raw: dict[str, Any] = {"graph": spec, "layers": layers, "hidden": hidden, "runs": []}
-    ratios = []
+    raw: dict[str, Any] = {"graphs": [ENGINE_GRAPH.format(nodes=n) for n in sizes], "layers": layers,
+                           "hidden": hidden, "runs": []}  # fmt: skip
+    curve, logs = [], []
     with tempfile.TemporaryDirectory(prefix="sarlab-cal-engine-") as tmp:
-        for model in ("gcn", "sage"):
-            row = engine_epoch(spec, model, layers, hidden, epochs, Path(tmp) / "parts")
-            predicted = float(simulate_row(row, profile).epoch_time_s.max())
-            measured = float(row["measured_epoch_time_s"])
-            ratios.append(measured / predicted)
-            raw["runs"].append({"model": model, "measured_s": measured, "predicted_s": predicted})
-            cal.log(f"    {model}: engine epoch {measured:.2f}s, microbenchmark prediction {predicted:.2f}s")
-    scale = float(np.exp(np.mean(np.log(ratios))))
-    raw["compute_scale"] = scale
-    return scale, raw
+        for nodes in sizes:
+            spec = ENGINE_GRAPH.format(nodes=nodes)
+            ratios, nbytes = [], 0.0
+            for model in ("gcn", "sage"):
+                row = engine_epoch(spec, model, layers, hidden, epochs, Path(tmp) / f"parts-{nodes}")
+                plans = layer_plans(model_for(row), int(row["feature_dim"]), int(row["num_classes"]))
+                nbytes = float(activation_bytes(plans, int(row["num_nodes"])))
+                predicted = float(simulate_row(row, one).epoch_time_s.max())
+                measured = float(row["measured_epoch_time_s"])
+                ratios.append(measured / predicted)
+                raw["runs"].append({"model": model, "nodes": nodes, "activation_bytes": nbytes,
+                                    "measured_s": measured, "predicted_s": predicted})  # fmt: skip
+            scale = float(np.exp(np.mean(np.log(ratios))))
+            curve.append((nbytes, scale))
+            logs.extend(np.log(ratios))
+            cal.log(f"    {nodes:>7,d} nodes ({nbytes / 2**20:6.1f} MB activations): engine / microbenchmarks "
+                    f"GCN {ratios[0]:.2f}, SAGE {ratios[1]:.2f} -> scale {scale:.3f}")  # fmt: skip
+    overall = float(np.exp(np.mean(logs)))
+    raw["compute_scale"], raw["compute_scale_curve"] = overall, curve
+    return overall, tuple(sorted(curve)), raw
 
 
 #: the speed probe of :func:`speed_probe`: one worker, GCN, 3 layers, hidden 256, 3 epochs (~10-20 s here)
@@ -975,12 +1005,14 @@ def calibrate(cal: Calibration | None = None, name: str = "local") -> Profile:
     if cal.engine:
         log("[calibrate] engine epochs (sarlab train, 1 worker) vs the microbenchmark prediction ...")
         try:
-            scale, raw = quiet_step(cal, "engine", lambda: bench_engine(cal, profile))
+            scale, curve, raw = quiet_step(cal, "engine", lambda: bench_engine(cal, profile))
             cal.raw["engine"] = raw
-            profile = replace(profile, compute_scale=scale)
+            profile = replace(profile, compute_scale=scale, compute_scale_curve=curve)
             notes.append(
-                f"compute_scale {scale:.3f}: engine epoch / microbenchmark prediction (geometric mean, GCN and "
-                f"SAGE, 1 worker, {raw['graph']})"
+                f"compute_scale_curve: engine epoch / microbenchmark prediction (geometric mean, GCN and SAGE, "
+                f"1 worker) at {len(curve)} graph sizes, {', '.join(f'{v:.2f}' for _, v in curve)} from "
+                f"{curve[0][0] / 2**20:.0f} to {curve[-1][0] / 2**20:.0f} MB activations; compute_scale "
+                f"{scale:.3f} is their mean"
             )
             log(f"    compute_scale {scale:.3f}")
         except (subprocess.SubprocessError, OSError, ValueError, RuntimeError, KeyError, IndexError) as err:

@@ -265,7 +265,7 @@ def _validate(args: argparse.Namespace, profile: Profile) -> int:
     import pandas as pd
 
     from simulator.plots import validation_plot
-    from simulator.validate import error_summary, markdown_table, read_records, validate
+    from simulator.validate import error_summary, machine_mismatch, markdown_table, read_records, validate
 
     try:
         records = pd.concat([read_records(path) for path in args.validate], ignore_index=True)
@@ -273,6 +273,14 @@ def _validate(args: argparse.Namespace, profile: Profile) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     _print(f"{len(records)} records from {', '.join(args.validate)}")
+    other = machine_mismatch(records, profile)
+    if other:
+        print(
+            f"warning: the records were measured on {', '.join(other)}, the profile was calibrated on "
+            f"{profile.meta.get('machine')}: times predicted with another CPU's profile do not validate the "
+            "simulator; run `sarlab calibrate` on the machine of the records and pass its profile with --profile",
+            file=sys.stderr,
+        )
     try:
         table = validate(records, profile, warmup=args.warmup, progress=_print, drift=args.drift)
     except ValueError as err:
@@ -296,5 +304,14 @@ def _validate(args: argparse.Namespace, profile: Profile) -> int:
     )
     _print(f"wrote {out}\nwrote {png}")
     if args.json:
-        _write_json(args.json, {"profile": profile.name, **errors, "table": table.to_dict(orient="records")})
+        _write_json(
+            args.json,
+            {
+                "profile": profile.name,
+                "profile_machine": profile.meta.get("machine"),
+                "records_machines_not_profile": other,
+                **errors,
+                "table": table.to_dict(orient="records"),
+            },
+        )
     return 0

@@ -21,7 +21,8 @@ class CostModel:
 
     with ``k`` calls, overhead ``o``, work ``w``, dense-output work ``v``, rates ``r`` and ``r_row``,
     thread efficiency ``eta``, backward ratio ``rho`` (backward ops only) and ``sigma`` the dtype slowdown
-    times the profile's ``compute_scale``.
+    times ``scale`` (default: the profile's ``compute_scale``; the epoch model passes
+    :meth:`Profile.scale_at` of the worker's activation bytes).
     Sparse families whose profile has a ``mem_rate`` gather rows of a ``G``-byte matrix at random: a
     fraction ``h`` hits the last-level cache ``L`` (``Profile.llc_bytes``), the rest runs at ``r_mem``
     (``h = 1`` without a cache model).
@@ -30,14 +31,16 @@ class CostModel:
         profile: the machine profile.
         threads: compute threads of one worker.
         dtype: element type (selects the profile's dtype slowdown).
+        scale: compute-cost multiplier (default ``profile.compute_scale``).
     """
 
-    def __init__(self, profile: Profile, threads: float, dtype: str = "float32") -> None:
+    def __init__(self, profile: Profile, threads: float, dtype: str = "float32", scale: float | None = None) -> None:
         if threads <= 0:
             raise ValueError(f"threads must be > 0, got {threads}")
         self.profile = profile
         self.threads = float(threads)
-        self.slowdown = float(profile.dtype_slowdown.get(dtype, 1.0)) * profile.compute_scale
+        self.scale = profile.compute_scale if scale is None else float(scale)
+        self.slowdown = float(profile.dtype_slowdown.get(dtype, 1.0)) * self.scale
         self._speedup: dict[str, float] = {}
         for name in OP_UNITS:
             self._speedup[name] = profile.op(name).speedup(self.threads)

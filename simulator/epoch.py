@@ -45,6 +45,7 @@ from simulator.layers import (
     LayerMemory,
     LayerPlan,
     ModelSpec,
+    activation_bytes,
     flatten_grads,
     layer_plans,
     loss_bwd,
@@ -227,8 +228,10 @@ class EpochModel:
         self.N = stats.num_parts
         self.ring = run.mode != "oneshot" and self.N > 1  # one worker: every mode runs one shard, no exchange
         self.placement = resolve_placement(profile, self.N, run)
-        self.costs = CostModel(profile, self.placement.threads, model.dtype)
         self.plans = [pl.in_run(run.mode, self.N) for pl in layer_plans(model, stats.feature_dim, stats.num_classes)]
+        # the compute scale for this size of shard (Profile.scale_at): workers' activations of mean size
+        self.activation_bytes = float(activation_bytes(self.plans, stats.nodes_per_part.mean()))
+        self.costs = CostModel(profile, self.placement.threads, model.dtype, profile.scale_at(self.activation_bytes))
         self.b = model.bytes_per_element
         self.params = sum(p.params for p in self.plans)
         self.arrays = [self._precompute(plan) for plan in self.plans]

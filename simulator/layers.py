@@ -606,6 +606,13 @@ class LayerPlan:
         return edges * (2 * self.bytes_per_element + 16) + (num_src + 1) * 8
 
 
+def activation_bytes(plans: list[LayerPlan], nodes: Number) -> Number:
+    """Bytes of one ``nodes x widest-layer`` activation (input, output or aggregation width): the size
+    :meth:`simulator.profile.Profile.scale_at` keys the compute scale by."""
+    widest = max(max(p.in_dim, p.out_dim, p.agg_width) for p in plans)
+    return np.asarray(nodes, dtype=np.float64) * widest * plans[0].bytes_per_element
+
+
 def layer_plans(spec: ModelSpec, feature_dim: int, num_classes: int) -> list[LayerPlan]:
     """The conv layers of ``spec`` on a graph with ``feature_dim`` inputs and ``num_classes`` classes.
 

@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 PROFILE_FORMAT_VERSION = 1
 
 #: names of the compute ops a profile must price, with the unit of work their ``rate`` counts per second
@@ -155,6 +157,11 @@ class Profile:
             the real engine on a calibration graph (:func:`simulator.calibrate.bench_engine`): what the
             microbenchmarks miss in a whole epoch (first-touch faults of GBs of fresh tensors under memory
             pressure, small ops they do not price). 1.0 = microbenchmarks alone (presets).
+        compute_scale_curve: ``((bytes, scale), ...)`` by increasing ``bytes``: the same ratio measured at
+            several graph sizes, keyed by a worker's activation bytes (local nodes x widest layer x element
+            size; :meth:`scale_at`). It rises with size (0.96 at 13 MB, 1.65 at 205 MB on the EPYC VM: the
+            microbenchmarks run on tensors of 4-128 MB), so one number fitted on a large graph overprices
+            the small shards of many workers. Empty = ``compute_scale`` everywhere.
         notes: free-text provenance (how each number was obtained or assumed).
         meta: machine description, date, torch version.
     """
@@ -176,6 +183,7 @@ class Profile:
         default_factory=lambda: {"float32": 1.0, "float64": 2.0, "bfloat16": 1.0, "float16": 1.0}
     )
     compute_scale: float = 1.0
+    compute_scale_curve: tuple[tuple[float, float], ...] = ()
     notes: tuple[str, ...] = ()
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -185,6 +193,20 @@ class Profile:
             raise ValueError(f"profile {self.name!r} lacks op costs for {missing}; re-run `sarlab calibrate`")
         if self.cores_per_host < 1 or self.workers_per_host < 0:
             raise ValueError("cores_per_host must be >= 1 and workers_per_host >= 0")
+
+    def scale_at(self, nbytes: float) -> float:
+        """``compute_scale`` for a worker whose activations are ``nbytes`` per layer: log-linear
+        interpolation of :attr:`compute_scale_curve` in log(bytes), constant beyond its ends;
+        :attr:`compute_scale` without a curve."""
+        if not self.compute_scale_curve:
+            return self.compute_scale
+        xs = np.log([max(float(b), 1.0) for b, _ in self.compute_scale_curve])
+        ys = np.log([float(v) for _, v in self.compute_scale_curve])
+        return float(np.exp(np.interp(np.log(max(float(nbytes), 1.0)), xs, ys)))
+
+    def with_scale(self, scale: float) -> Profile:
+        """A copy priced with one ``compute_scale`` everywhere (no curve)."""
+        return replace(self, compute_scale=float(scale), compute_scale_curve=())
 
     def op(self, name: str) -> OpCost:
         """The cost of op family ``name``; ``gat_fused`` and ``gat_autograd`` fall back to ``gat_unfused``
@@ -206,6 +228,7 @@ class Profile:
         """Plain-JSON form (what :func:`save_profile` writes)."""
         d = asdict(self)
         d["notes"] = list(self.notes)
+        d["compute_scale_curve"] = [list(point) for point in self.compute_scale_curve]
         d["format_version"] = PROFILE_FORMAT_VERSION
         d["units"] = dict(OP_UNITS)
         return d
@@ -234,6 +257,9 @@ class Profile:
             "llc_bytes": float(d.get("llc_bytes", 0.0)),
             "mem_per_host_bytes": int(d.get("mem_per_host_bytes", 0)),
             "compute_scale": float(d.get("compute_scale", 1.0)),
+            "compute_scale_curve": tuple(
+                sorted((float(b), float(v)) for b, v in d.get("compute_scale_curve", ()))
+            ),
             "notes": tuple(d.get("notes", ())),
             "meta": dict(d.get("meta", {})),
         }

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from simulator.epoch import EpochResult, RunSpec, simulate_epoch
-from simulator.layers import ModelSpec
+from simulator.layers import ModelSpec, activation_bytes, layer_plans
 from simulator.profile import Profile
 from simulator.workload import PartitionStats, estimate_partition, load_manifest
 
@@ -93,7 +93,31 @@ def read_records(path: str | Path) -> pd.DataFrame:
         df = pd.DataFrame([json.loads(line) for line in text.splitlines() if line.strip()])
     df = with_defaults(df, str(path))
     df["records_path"] = str(path)
+    if "machine" not in df.columns:  # records older than the column: the CPU `sarlab bench engine` named in its
+        df["machine"] = header_machine(path)  # markdown summary beside them, else unknown (empty)
     return df
+
+
+def header_machine(records_path: str | Path) -> str:
+    """The CPU named by the ``measured on <cpu> (<n> cores)`` first line of the markdown summary that
+    ``sarlab bench engine`` writes beside its records (``<stem>.md``); empty when there is none."""
+    md = Path(records_path).with_suffix(".md")
+    try:
+        first = md.read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return ""
+    match = re.match(r"#?\s*measured on (.+?) \(\d+ cores?\)", first)
+    return match.group(1).strip() if match else ""
+
+
+def machine_mismatch(records: pd.DataFrame, profile: Profile) -> list[str]:
+    """The CPUs the records were measured on that differ from the one ``profile`` was calibrated on (empty
+    when they agree, or when either side does not say). A profile of another CPU does not validate."""
+    calibrated = str(profile.meta.get("machine") or "")
+    if not calibrated or "machine" not in records.columns:
+        return []
+    seen = {str(m) for m in records["machine"].dropna().unique() if str(m)}
+    return sorted(m for m in seen if m != calibrated)
 
 
 def with_defaults(df: pd.DataFrame, source: str = "records") -> pd.DataFrame:
@@ -145,7 +169,7 @@ def summarize_measured(df: pd.DataFrame, warmup: int = 1) -> pd.DataFrame:
         )
         .reset_index()
     )
-    carried = [c for c in (*PROBE_COLUMNS, "records_path") if c in keep.columns]
+    carried = [c for c in (*PROBE_COLUMNS, "records_path", "machine") if c in keep.columns]
     if carried:  # one value per configuration: its probe (``sarlab bench engine --probe``), its records file
         extra = keep.groupby(keys, dropna=False)[carried].first().reset_index()
         out = out.merge(extra, on=keys, how="left")
@@ -206,7 +230,7 @@ def probe_scale(row: pd.Series, profile: Profile) -> float:
     value = row.get("probe_epoch_s")
     if value is None or not np.isfinite(float(value)) or float(value) <= 0:
         return math.nan
-    predicted = float(simulate_row(probe_row(row), replace(profile, compute_scale=1.0)).epoch_time_s.max())
+    predicted = float(simulate_row(probe_row(row), profile.with_scale(1.0)).epoch_time_s.max())
     return float(value) / predicted
 
 
@@ -310,14 +334,17 @@ def validate(
         meas_t = float(row["measured_epoch_time_s"])
         static = simulate_row(row, profile, stats, model)
         scale = probe_scale(row, profile)
-        probed = simulate_row(row, replace(profile, compute_scale=scale), stats, model) if np.isfinite(scale) else None
+        probed = simulate_row(row, profile.with_scale(scale), stats, model) if np.isfinite(scale) else None
         result = probed if probed is not None and drift != "none" else static
         pred_t = float(result.epoch_time_s.max())
         pred_m = float(result.peak_above_baseline_bytes.max())
         out = row.to_dict()
         out.update(
             workload_source=stats.source,
-            compute_scale_used=scale if result is probed else profile.compute_scale,
+            compute_scale_used=scale if result is probed else profile.scale_at(
+                float(activation_bytes(layer_plans(model, stats.feature_dim, stats.num_classes),
+                                       stats.nodes_per_part.mean()))  # fmt: skip
+            ),
             predicted_epoch_time_s=pred_t,
             predicted_peak_above_baseline_bytes=pred_m,
             predicted_comm_wait_s=float(result.comm_wait_s.max()),

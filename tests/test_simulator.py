@@ -600,9 +600,15 @@ def test_calibrate_quick(tmp_path):
         assert math.isfinite(prof.ops[name].rate) and prof.ops[name].rate > 0
     assert prof.intra_host.bandwidth_Bps > 1e6 and prof.intra_host.alpha_s > 0
     assert prof.cores_per_host >= 1
-    # fitted from two real engine epochs (sarlab train, 1 worker); a sane multiplier of the op costs
+    # fitted from real engine epochs (sarlab train, 1 worker) of GCN and SAGE at two graph sizes: a curve of
+    # sane multipliers of the op costs, keyed by increasing activation bytes, that survives the JSON round trip
     assert 0.2 < prof.compute_scale < 20, prof.notes
-    assert [r["model"] for r in prof.meta["raw"]["engine"]["runs"]] == ["gcn", "sage"]
+    runs = prof.meta["raw"]["engine"]["runs"]
+    assert [(r["model"], r["nodes"]) for r in runs] == [("gcn", 1500), ("sage", 1500), ("gcn", 3000), ("sage", 3000)]
+    assert len(prof.compute_scale_curve) == 2
+    (b0, s0), (b1, s1) = prof.compute_scale_curve
+    assert b1 == pytest.approx(2 * b0) and all(0.2 < s < 20 for s in (s0, s1))
+    assert prof.scale_at(b0) == pytest.approx(s0) and prof.scale_at(b1) == pytest.approx(s1)
     st = estimate_partition(4000, 40000, 2, 16, 4)
     res = simulate_epoch(st, ModelSpec("gcn", layers=2, hidden=16), RunSpec(mode="sar"), prof)
     assert 0 < res.epoch_time_s.max() < 60
@@ -874,3 +880,73 @@ def test_validation_finds_the_manifest_kept_beside_the_records(tmp_path):
     (kept / "tiny-n2.json").unlink()
     table = validate(read_records(tmp_path / "recs.csv"), hand_profile())
     assert table.iloc[0]["workload_source"].startswith("estimate:")
+
+
+def test_validation_warns_when_the_profile_is_another_cpus(tmp_path, capsys):
+    """Records name the CPU they ran on (a `machine` column, or for older records the `measured on <cpu>`
+    header of the markdown beside them); validating them with a profile calibrated on another CPU warns."""
+    import json
+    from dataclasses import replace
+
+    from simulator.validate import machine_mismatch, read_records
+
+    recs = _probe_records(2, None)
+    recs.to_csv(tmp_path / "old.csv", index=False)
+    (tmp_path / "old.md").write_text("# measured on AMD EPYC (2 cores), 2026-11-23: synthetic, 3 layers\n")
+    recs.assign(machine="Intel(R) Xeon(R) Processor @ 2.10GHz").to_csv(tmp_path / "new.csv", index=False)
+    recs.to_csv(tmp_path / "bare.csv", index=False)  # no column, no markdown: unknown, never a warning
+    xeon = replace(hand_profile(), meta={"machine": "Intel(R) Xeon(R) Processor @ 2.10GHz"})
+    old, new, bare = (read_records(tmp_path / f"{n}.csv") for n in ("old", "new", "bare"))
+    assert set(old["machine"]) == {"AMD EPYC"}
+    assert machine_mismatch(old, xeon) == ["AMD EPYC"]
+    assert machine_mismatch(new, xeon) == []
+    assert machine_mismatch(bare, xeon) == []
+    assert machine_mismatch(old, hand_profile()) == []  # a profile that does not say: nothing to compare
+
+    path = save_profile(xeon, tmp_path / "xeon.json")
+    args = ["--validate", str(tmp_path / "old.csv"), str(tmp_path / "new.csv"), "--profile", str(path),
+            "--validation-out", str(tmp_path / "v.csv"), "--json", str(tmp_path / "v.json")]  # fmt: skip
+    assert simulate_main(args) == 0
+    err = capsys.readouterr().err
+    assert "measured on AMD EPYC" in err and "calibrated on Intel(R) Xeon(R)" in err
+    assert json.loads((tmp_path / "v.json").read_text())["records_machines_not_profile"] == ["AMD EPYC"]
+
+
+def test_thread_eta_from_one_thread_and_all_core_times():
+    """eta = (t_1 / t_C - 1) / (C - 1): a perfect 2-core speedup is 1, none is 0, 4 cores at 2.5x is 0.5."""
+    from simulator.calibrate import thread_eta
+
+    assert thread_eta(2.0, 1.0, 2) == pytest.approx(1.0)
+    assert thread_eta(1.0, 1.0, 2) == pytest.approx(0.0)
+    assert thread_eta(2.5, 1.0, 4) == pytest.approx(0.5)
+    assert thread_eta(1.0, 1.25, 2) < 0  # unclipped: slower with more threads (the caller clips the median)
+
+
+def test_compute_scale_curve_prices_each_shard_size():
+    """Profile.scale_at interpolates the curve in log(bytes), constant beyond its ends; the epoch model
+    prices a worker with the scale of its own activation size: 1 and 4 workers of one graph each cost what
+    a constant profile at their own size says, and those two scales differ."""
+    from dataclasses import replace
+
+    from simulator.layers import activation_bytes
+
+    base = hand_profile()
+    curve = replace(base, compute_scale_curve=((1e4, 1.0), (1e6, 4.0)))
+    assert curve.scale_at(1e4) == pytest.approx(1.0) and curve.scale_at(1e6) == pytest.approx(4.0)
+    assert curve.scale_at(1e5) == pytest.approx(2.0)  # halfway in log(bytes): the geometric midpoint
+    assert curve.scale_at(10.0) == pytest.approx(1.0) and curve.scale_at(1e9) == pytest.approx(4.0)
+    assert base.scale_at(1e6) == base.compute_scale and curve.with_scale(3.0).scale_at(1e6) == 3.0
+
+    model = ModelSpec("gcn", layers=2, hidden=16)
+    scales = []
+    for parts in (1, 4):
+        st = estimate_partition(4000, 40000, parts, 16, 4)
+        nbytes = float(activation_bytes(layer_plans(model, 16, 4), st.nodes_per_part.mean()))
+        assert nbytes == pytest.approx(4000 / parts * 16 * 4)
+        scales.append(curve.scale_at(nbytes))
+        got = simulate_epoch(st, model, RunSpec(mode="sar"), curve).epoch_time_s
+        want = simulate_epoch(st, model, RunSpec(mode="sar"), curve.with_scale(scales[-1])).epoch_time_s
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert scales[0] > scales[1] > 1.0
+    # and the JSON round trip keeps the curve
+    assert Profile.from_json(curve.to_json()).compute_scale_curve == curve.compute_scale_curve
