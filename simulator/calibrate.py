@@ -774,8 +774,8 @@ def bench_network(cal: Calibration) -> tuple[Link, float, float]:
 
 
 # ------------------------------------------------------------------------------- engine epochs
-#: the calibration graph of :func:`bench_engine` (not a graph any benchmark or validation uses)
-#: graphs of :func:`bench_engine` (``nodes`` from :data:`ENGINE_SIZES`, or the quick sizes)
+#: graphs of :func:`bench_engine`, ``nodes`` from :data:`ENGINE_SIZES` or the quick sizes (not graphs any
+#: benchmark or validation uses)
 ENGINE_GRAPH = "synthetic:nodes={nodes},degree=30,features=128,classes=16,seed=7"
 ENGINE_SIZES = (12_500, 25_000, 50_000, 100_000, 200_000)
 ENGINE_SIZES_QUICK = (1_500, 3_000)
@@ -822,8 +822,7 @@ def bench_engine(cal: Calibration, profile: Profile) -> tuple[float, tuple[tuple
     """
     import tempfile
 
-    from simulator.layers import activation_bytes, layer_plans
-    from simulator.validate import model_for, simulate_row
+    from simulator.validate import simulate_row
 
     one = profile.with_scale(1.0)
     sizes = ENGINE_SIZES_QUICK if cal.quick else ENGINE_SIZES
@@ -837,9 +836,8 @@ def bench_engine(cal: Calibration, profile: Profile) -> tuple[float, tuple[tuple
             ratios, nbytes = [], 0.0
             for model in ("gcn", "sage"):
                 row = engine_epoch(spec, model, layers, hidden, epochs, Path(tmp) / f"parts-{nodes}")
-                plans = layer_plans(model_for(row), int(row["feature_dim"]), int(row["num_classes"]))
-                nbytes = float(activation_bytes(plans, int(row["num_nodes"])))
-                predicted = float(simulate_row(row, one).epoch_time_s.max())
+                result = simulate_row(row, one)
+                nbytes, predicted = result.activation_bytes, float(result.epoch_time_s.max())
                 measured = float(row["measured_epoch_time_s"])
                 ratios.append(measured / predicted)
                 raw["runs"].append({"model": model, "nodes": nodes, "activation_bytes": nbytes,

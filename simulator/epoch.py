@@ -140,6 +140,8 @@ class EpochResult:
         wall_s, cpu_s: wall-clock and process CPU seconds of the run.
         start_bytes, end_bytes: bytes above the baseline held at the start and end of the epoch (equal
             when every allocation of the epoch was freed: a self-check of the memory model).
+        activation_bytes: a worker's mean ``nodes x widest layer`` activation; compute_scale: the
+            multiplier of its compute costs (:meth:`simulator.profile.Profile.scale_at` of it).
     """
 
     mode: str
@@ -161,6 +163,8 @@ class EpochResult:
     memory: list[tuple[list[float], list[float]]] = field(default_factory=list)
     start_bytes: np.ndarray | None = None
     end_bytes: np.ndarray | None = None
+    activation_bytes: float = 0.0
+    compute_scale: float = 1.0
 
     @property
     def events_per_s(self) -> float:
@@ -484,6 +488,8 @@ class EpochModel:
             memory=[(w.mem.times, w.mem.values) for w in ws] if trace else [],
             end_bytes=np.asarray([w.mem.current for w in ws]),
             start_bytes=self.persistent.copy(),
+            activation_bytes=self.activation_bytes,
+            compute_scale=self.costs.scale,
         )
 
     # ---------------------------------------------------------------------------- primitives

@@ -144,7 +144,7 @@ def validation_plot(table: pd.DataFrame, path: str | Path, title: str = "") -> P
         probe_is_primary = bool(np.allclose(table["predicted_epoch_time_probe_s"], table["predicted_epoch_time_s"]))
         other_col = "predicted_epoch_time_static_s" if probe_is_primary else "predicted_epoch_time_probe_s"
     drifted = other_col is not None
-    static = table[other_col].to_numpy(float) if drifted else None
+    other = table[other_col].to_numpy(float) if drifted else None
     for ax, (mx, px, name) in zip(axes, pairs, strict=False):
         scale = 2**20 if "bytes" in mx else 1.0
         meas, pred = table[mx].to_numpy(float) / scale, table[px].to_numpy(float) / scale
@@ -155,10 +155,10 @@ def validation_plot(table: pd.DataFrame, path: str | Path, title: str = "") -> P
                 if sel.any():
                     ax.scatter(meas[sel], pred[sel], marker=marker, color=colour, s=12 + 6 * workers[sel],
                                label=f"{model} {mode}", alpha=0.8)
-                    if drifted and "time" in mx:  # the profile's own prediction: hollow, joined to the corrected
-                        ax.scatter(meas[sel], static[sel], marker=marker, facecolors="none", edgecolors=colour,
+                    if drifted and "time" in mx:  # the other prediction: hollow, joined to the primary one
+                        ax.scatter(meas[sel], other[sel], marker=marker, facecolors="none", edgecolors=colour,
                                    s=12 + 6 * workers[sel], alpha=0.5, linewidths=0.7)
-                        for m_, a_, b_ in zip(meas[sel], static[sel], pred[sel], strict=True):
+                        for m_, a_, b_ in zip(meas[sel], other[sel], pred[sel], strict=True):
                             ax.plot([m_, m_], [a_, b_], color=colour, linewidth=0.4, alpha=0.5)
         if ok.any():
             lo, hi = min(meas[ok].min(), pred[ok].min()) / 1.3, max(meas[ok].max(), pred[ok].max()) * 1.3

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.epoch import EpochResult, RunSpec, simulate_epoch
-from simulator.layers import ModelSpec, activation_bytes, layer_plans
+from simulator.layers import ModelSpec
 from simulator.profile import Profile
 from simulator.workload import PartitionStats, estimate_partition, load_manifest
 
@@ -341,10 +341,7 @@ def validate(
         out = row.to_dict()
         out.update(
             workload_source=stats.source,
-            compute_scale_used=scale if result is probed else profile.scale_at(
-                float(activation_bytes(layer_plans(model, stats.feature_dim, stats.num_classes),
-                                       stats.nodes_per_part.mean()))  # fmt: skip
-            ),
+            compute_scale_used=result.compute_scale,
             predicted_epoch_time_s=pred_t,
             predicted_peak_above_baseline_bytes=pred_m,
             predicted_comm_wait_s=float(result.comm_wait_s.max()),
