@@ -61,6 +61,8 @@ class Calibration:
             (see :func:`quiet_step`); 1 = no retry.
         quiet_wait_s: seconds to wait for an idle machine before each try.
         engine: fit :attr:`Profile.compute_scale` from real engine epochs (:func:`bench_engine`).
+        scale_key: what the fitted curve is keyed by (:attr:`Profile.compute_scale_key`): ``"peak"`` (the
+            default) or ``"activation"``.
         share_rounds: alternating solo / co-located rounds of :func:`bench_share` (median taken).
         thread_rounds: alternating one-thread / all-core rounds of each op's thread efficiency (median taken).
         log: progress printer.
@@ -74,6 +76,7 @@ class Calibration:
     quiet_tries: int = 3
     quiet_wait_s: float = 120.0
     engine: bool = True
+    scale_key: str = "peak"
     share_rounds: int = 3
     thread_rounds: int = 5
     log: Printer = print
@@ -255,8 +258,13 @@ def _fit_sparse(
 
 
 def bench_spmm(cal: Calibration, cores: int, gen: torch.Generator) -> OpCost:
-    """Sum aggregation of one shard: ``addmm(state, A, X)`` with a CSR ``A``; backward ``A^T G``."""
-    rows, fwd, bwd = [], [], []
+    """Sum aggregation of one shard as the engine runs it: ``state.addmm_(A, X)`` with a CSR ``A``, in place
+    into a running state whose pages are already touched (the state's zero fill is priced apart,
+    :meth:`simulator.layers.LayerPlan.agg_init`); backward ``A^T G`` the same way (the ring modes' local
+    shard). The engine's other backward calls return ``A^T G`` as a fresh result (send buffers, oneshot):
+    what that costs beyond the in-place product, per output byte, is ``fresh_rate`` (median over the
+    shapes with outputs of 1M+ elements)."""
+    rows, fwd, bwd, fresh = [], [], [], []
     last = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # sparse CSR support is in beta
@@ -265,16 +273,19 @@ def bench_spmm(cal: Calibration, cores: int, gen: torch.Generator) -> OpCost:
             vals = torch.ones(col.numel())
             a = torch.sparse_csr_tensor(rowptr, col, vals, size=(n, n))
             at = a.t().to_sparse_csr()
-            x, state = torch.randn(n, f), torch.zeros(n, f)
-            tf = time_call(lambda a=a, x=x, s=state: torch.sparse.addmm(s, a, x), cal.repeats)
-            tb = time_call(lambda at=at, x=x: at @ x, cal.repeats)
+            x, state, grad = torch.randn(n, f), torch.zeros(n, f), torch.zeros(n, f)
+            tf = time_call(lambda a=a, x=x, s=state: s.addmm_(a, x), cal.repeats)
+            tb = time_call(lambda at=at, x=x, g=grad: g.addmm_(at, x), cal.repeats)
+            if n * f >= (100_000 if cal.quick else 1_000_000):
+                out_of_place = time_call(lambda at=at, x=x: at @ x, cal.repeats)
+                fresh.append(n * f * 4 / max(out_of_place - tb, 1e-9))
             rows.append([1.0, n * deg * f, n * f])
             fwd.append(tf)
             bwd.append(tb)
             if last is None or tf > last[0]:  # the slowest shape measures the thread efficiency
                 last = (tf, (a, x, state))
         a, x, state = last[1]
-        eff = _parallel_eff(cal, cores, lambda: torch.sparse.addmm(state, a, x), "spmm")
+        eff = _parallel_eff(cal, cores, lambda: state.addmm_(a, x), "spmm")
         rate, overhead, row_rate, ratio = _fit_sparse(rows, fwd, bwd, 1e9)
         # past the cache: the same product on growing matrices; what the in-cache fit leaves unexplained
         # is the cost of gathering rows from memory
@@ -283,17 +294,18 @@ def bench_spmm(cal: Calibration, cores: int, gen: torch.Generator) -> OpCost:
             rowptr, col = random_csr(n, n, deg, gen)
             big = torch.sparse_csr_tensor(rowptr, col, torch.ones(col.numel()), size=(n, n))
             src, acc = torch.randn(n, f), torch.zeros(n, f)
-            t = time_call(lambda m=big, x=src, s=acc: torch.sparse.addmm(s, m, x), 2)
+            t = time_call(lambda m=big, x=src, s=acc: s.addmm_(m, x), 2)
             work.append(float(n * deg * f))
             edge_s.append(max(t - overhead - (n * f / row_rate if row_rate else 0.0), 1e-9))
             gathered.append(float(n * f * 4))
             del big, src, acc
     llc, mem_rate = fit_cache(work, edge_s, gathered, rate) if work else (0.0, rate)
-    cal.raw["spmm"] = {"shapes": _sparse_shapes(cal), "fwd": fwd, "bwd": bwd,
+    cal.raw["spmm"] = {"shapes": _sparse_shapes(cal), "fwd": fwd, "bwd": bwd, "fresh_Bps": fresh,
                        "cache_sweep": {"shapes": _cache_sweep(cal), "edge_s": edge_s, "gathered_bytes": gathered}}
     cal.raw["llc_bytes"] = llc
     return OpCost(rate=rate, overhead_s=overhead, bwd_ratio=ratio, parallel_eff=eff, row_rate=row_rate,
-                  mem_rate=mem_rate if llc > 0 else None)
+                  mem_rate=mem_rate if llc > 0 else None,
+                  fresh_rate=float(statistics.median(fresh)) if fresh else None)
 
 
 def _max_forward(
@@ -815,10 +827,11 @@ def bench_engine(cal: Calibration, profile: Profile) -> tuple[float, tuple[tuple
     Runs :func:`engine_epoch` for GCN and GraphSAGE-mean, 3 layers, hidden 256, one worker, on graphs of
     :data:`ENGINE_SIZES` nodes (degree 30, 128 features; graphs no benchmark or validation uses): whole-graph
     activations of 13-205 MB, the range of one worker's shard in the validation runs. One worker keeps
-    communication out of the fit. At each size the scale is the geometric mean of measured / predicted
-    (median of the epochs after the first) over the two models, keyed by the run's activation bytes
-    (:func:`simulator.layers.activation_bytes`). Returns the geometric mean over all runs (the profile's
-    single ``compute_scale``), the curve and the raw numbers.
+    communication out of the fit. Each run gives a ratio measured / predicted (median of the epochs after
+    the first) at its key (``cal.scale_key``): its predicted peak memory (``"peak"``) or its activation
+    bytes (``"activation"``, :func:`simulator.layers.activation_bytes`); both are kept in the raw runs.
+    The curve is the power law through all runs (:func:`fit_scale_curve`). Returns the geometric mean of
+    the ratios (the profile's single ``compute_scale``), the curve and the raw numbers.
     """
     import tempfile
 
@@ -829,27 +842,47 @@ def bench_engine(cal: Calibration, profile: Profile) -> tuple[float, tuple[tuple
     layers, hidden, epochs = (2, 32, 2) if cal.quick else (3, 256, 3)
     raw: dict[str, Any] = {"graphs": [ENGINE_GRAPH.format(nodes=n) for n in sizes], "layers": layers,
                            "hidden": hidden, "runs": []}  # fmt: skip
-    curve, logs = [], []
+    all_keys, all_ratios = [], []
     with tempfile.TemporaryDirectory(prefix="sarlab-cal-engine-") as tmp:
         for nodes in sizes:
             spec = ENGINE_GRAPH.format(nodes=nodes)
-            ratios, nbytes = [], 0.0
+            ratios, keys = [], []
             for model in ("gcn", "sage"):
                 row = engine_epoch(spec, model, layers, hidden, epochs, Path(tmp) / f"parts-{nodes}")
                 result = simulate_row(row, one)
-                nbytes, predicted = result.activation_bytes, float(result.epoch_time_s.max())
+                predicted, peak = float(result.epoch_time_s.max()), float(result.peak_above_baseline_bytes.max())
                 measured = float(row["measured_epoch_time_s"])
                 ratios.append(measured / predicted)
-                raw["runs"].append({"model": model, "nodes": nodes, "activation_bytes": nbytes,
-                                    "measured_s": measured, "predicted_s": predicted})  # fmt: skip
-            scale = float(np.exp(np.mean(np.log(ratios))))
-            curve.append((nbytes, scale))
-            logs.extend(np.log(ratios))
-            cal.log(f"    {nodes:>7,d} nodes ({nbytes / 2**20:6.1f} MB activations): engine / microbenchmarks "
-                    f"GCN {ratios[0]:.2f}, SAGE {ratios[1]:.2f} -> scale {scale:.3f}")  # fmt: skip
-    overall = float(np.exp(np.mean(logs)))
-    raw["compute_scale"], raw["compute_scale_curve"] = overall, curve
-    return overall, tuple(sorted(curve)), raw
+                keys.append(peak if cal.scale_key == "peak" else result.activation_bytes)
+                raw["runs"].append({"model": model, "nodes": nodes, "activation_bytes": result.activation_bytes,
+                                    "predicted_peak_bytes": peak, "measured_peak_bytes":
+                                    float(row["measured_peak_above_baseline_bytes"]), "measured_s": measured,
+                                    "predicted_s": predicted})  # fmt: skip
+            all_keys.extend(keys)
+            all_ratios.extend(ratios)
+            cal.log(f"    {nodes:>7,d} nodes ({keys[0] / 2**20:6.1f} / {keys[1] / 2**20:6.1f} MB {cal.scale_key}): "
+                    f"engine / microbenchmarks GCN {ratios[0]:.2f}, SAGE {ratios[1]:.2f}")  # fmt: skip
+    overall = float(np.exp(np.mean(np.log(all_ratios))))
+    curve = fit_scale_curve(all_keys, all_ratios)
+    cal.log("    power law: " + ", ".join(f"{v:.3f} at {b / 2**20:.0f} MB" for b, v in curve))
+    raw["compute_scale"], raw["compute_scale_curve"], raw["compute_scale_key"] = overall, curve, cal.scale_key
+    return overall, curve, raw
+
+
+def fit_scale_curve(keys: list[float], ratios: list[float]) -> tuple[tuple[float, float], ...]:
+    """The compute scale as a power law of the key: the least-squares line of log(ratio) on log(key) over
+    all runs, as its two end points (smallest and largest key; :meth:`Profile.scale_at` interpolates
+    log-linearly between them and holds the ends beyond). A line rather than a node per graph size:
+    neighbouring sizes of one calibration differed by up to 25 % in both directions on the EPYC VM, and a
+    node follows each such swing. One distinct key: the geometric mean, as one point."""
+    x, y = np.log(np.asarray(keys, dtype=float)), np.log(np.asarray(ratios, dtype=float))
+    if len(x) == 0:
+        raise ValueError("fit_scale_curve needs at least one run")
+    if np.ptp(x) <= 0:
+        return ((float(np.exp(x[0])), float(np.exp(y.mean()))),)
+    slope, icept = np.polyfit(x, y, 1)
+    ends = (float(x.min()), float(x.max()))
+    return tuple((float(np.exp(e)), float(np.exp(icept + slope * e))) for e in ends)
 
 
 #: the speed probe of :func:`speed_probe`: one worker, GCN, 3 layers, hidden 256, 3 epochs (~10-20 s here)
@@ -1005,12 +1038,13 @@ def calibrate(cal: Calibration | None = None, name: str = "local") -> Profile:
         try:
             scale, curve, raw = quiet_step(cal, "engine", lambda: bench_engine(cal, profile))
             cal.raw["engine"] = raw
-            profile = replace(profile, compute_scale=scale, compute_scale_curve=curve)
+            profile = replace(profile, compute_scale=scale, compute_scale_curve=curve, compute_scale_key=cal.scale_key)
+            what = "predicted peak memory" if cal.scale_key == "peak" else "activations"
             notes.append(
-                f"compute_scale_curve: engine epoch / microbenchmark prediction (geometric mean, GCN and SAGE, "
-                f"1 worker) at {len(curve)} graph sizes, {', '.join(f'{v:.2f}' for _, v in curve)} from "
-                f"{curve[0][0] / 2**20:.0f} to {curve[-1][0] / 2**20:.0f} MB activations; compute_scale "
-                f"{scale:.3f} is their mean"
+                f"compute_scale_curve: engine epoch / microbenchmark prediction (GCN and SAGE, 1 worker, "
+                f"{len(raw['runs'])} runs) as a power law of {what}: "
+                f"{', '.join(f'{v:.2f} at {b / 2**20:.0f} MB' for b, v in curve)}; compute_scale "
+                f"{scale:.3f} is the runs' geometric mean"
             )
             log(f"    compute_scale {scale:.3f}")
         except (subprocess.SubprocessError, OSError, ValueError, RuntimeError, KeyError, IndexError) as err:

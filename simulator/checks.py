@@ -64,7 +64,7 @@ def time_ratios(prof: Profile) -> dict[str, float]:
         intra_host=replace(prof.intra_host, latency_s=500e-6),
     )
     for name, p in (("", prof), (", 500 us latency", slow)):
-        for n in (4, 16, 64, 128):
+        for n in (4, 16, 64, 128, 256):
             stats = GRAPH_PRESETS["ogbn-products"].estimate(n, edge_cut=0.1)
             out[f"GCN{name}, products, N={n}"] = _time(stats, gcn, "sar", p) / _time(stats, gcn, "oneshot", p)
     return out

@@ -57,6 +57,13 @@ def calibrate_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not fit compute_scale from real engine epochs (microbenchmarks alone)",
     )
+    p.add_argument(
+        "--scale-key",
+        choices=("peak", "activation"),
+        default="peak",
+        help="key the compute scale curve by each worker's predicted peak memory (default) or by its "
+        "activation bytes (nodes x widest layer)",
+    )
     p.add_argument("--threads", type=int, default=None, help="threads for the all-cores measurement")
     p.add_argument(
         "--quiet-tries",
@@ -77,6 +84,7 @@ def calibrate_main(argv: list[str] | None = None) -> int:
         network=not args.no_network,
         fused=not args.no_fused,
         engine=not args.no_engine,
+        scale_key=args.scale_key,
         threads=args.threads,
         quiet_tries=1 if args.quick else args.quiet_tries,
         log=_print,

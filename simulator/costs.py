@@ -15,14 +15,15 @@ class CostModel:
     """Prices :class:`Op` lists on one worker with ``threads`` threads.
 
     .. math::
-        t(\\mathrm{op}) = \\sigma_{dtype}\\, \\rho^{[bwd]} \\left(k\\,o + \\frac{w}{s(T)}\\Big(\\frac{h}{r}
-        + \\frac{1-h}{r_{mem}}\\Big) + \\frac{v}{r_{row}\\,s(T)}\\right), \\qquad s(T) = 1 + (T-1)\\eta,
-        \\qquad h = \\min(1, L / G)
+        t(\\mathrm{op}) = \\sigma_{dtype} \\left[\\rho^{[bwd]} \\left(k\\,o + \\frac{w}{s(T)}\\Big(\\frac{h}{r}
+        + \\frac{1-h}{r_{mem}}\\Big) + \\frac{v}{r_{row}\\,s(T)}\\right) + \\frac{u}{r_{fresh}\\,s(T)}\\right],
+        \\qquad s(T) = 1 + (T-1)\\eta, \\qquad h = \\min(1, L / G)
 
-    with ``k`` calls, overhead ``o``, work ``w``, dense-output work ``v``, rates ``r`` and ``r_row``,
-    thread efficiency ``eta``, backward ratio ``rho`` (backward ops only) and ``sigma`` the dtype slowdown
-    times ``scale`` (default: the profile's ``compute_scale``; the epoch model passes
-    :meth:`Profile.scale_at` of the worker's activation bytes).
+    with ``k`` calls, overhead ``o``, work ``w``, dense-output work ``v``, ``u`` bytes of fresh out-of-place
+    output, rates ``r``, ``r_row`` and ``r_fresh`` (``fresh_rate``; no term without one), thread efficiency
+    ``eta``, backward ratio ``rho`` (backward ops only) and ``sigma`` the dtype slowdown times ``scale``
+    (default: the profile's ``compute_scale``; the epoch model passes :meth:`Profile.scale_at` of the
+    configuration's scale key).
     Sparse families whose profile has a ``mem_rate`` gather rows of a ``G``-byte matrix at random: a
     fraction ``h`` hits the last-level cache ``L`` (``Profile.llc_bytes``), the rest runs at ``r_mem``
     (``h = 1`` without a cache model).
@@ -59,6 +60,8 @@ class CostModel:
             t = t + op.rows / (cost.row_rate * speed)
         if op.backward:
             t = t * cost.bwd_ratio
+        if cost.fresh_rate is not None:
+            t = t + op.fresh / (cost.fresh_rate * speed)
         return t * self.slowdown
 
     def share_eff(self, ops: Iterable[Op], slots: float) -> float:

@@ -32,7 +32,7 @@ import gc
 import time
 from collections import deque
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -140,8 +140,10 @@ class EpochResult:
         wall_s, cpu_s: wall-clock and process CPU seconds of the run.
         start_bytes, end_bytes: bytes above the baseline held at the start and end of the epoch (equal
             when every allocation of the epoch was freed: a self-check of the memory model).
-        activation_bytes: a worker's mean ``nodes x widest layer`` activation; compute_scale: the
-            multiplier of its compute costs (:meth:`simulator.profile.Profile.scale_at` of it).
+        activation_bytes: a worker's mean ``nodes x widest layer`` activation; scale_key_bytes: the bytes
+            the compute scale was looked up at (the activation, or the predicted peak for a profile whose
+            ``compute_scale_key`` is ``"peak"``); compute_scale: the multiplier of the compute costs
+            (:meth:`simulator.profile.Profile.scale_at` of ``scale_key_bytes``).
     """
 
     mode: str
@@ -164,6 +166,7 @@ class EpochResult:
     start_bytes: np.ndarray | None = None
     end_bytes: np.ndarray | None = None
     activation_bytes: float = 0.0
+    scale_key_bytes: float = 0.0
     compute_scale: float = 1.0
 
     @property
@@ -177,6 +180,7 @@ class _LayerArrays:
 
     plan: LayerPlan
     pre_f: list[float]
+    init_f: list[float]
     finalize: list[float]
     post_f: list[float]
     tail_f: tuple[list[float], list[float], list[float]]
@@ -225,9 +229,14 @@ class EpochModel:
         model: the model configuration.
         run: mode, prefetch, threads, placement.
         profile: the machine profile.
+        scale_bytes: look the compute scale up at these bytes (:meth:`Profile.scale_at`) instead of the
+            workers' mean activation (:func:`simulate_epoch` passes the predicted peak for ``"peak"``-keyed
+            profiles).
     """
 
-    def __init__(self, stats: PartitionStats, model: ModelSpec, run: RunSpec, profile: Profile) -> None:
+    def __init__(
+        self, stats: PartitionStats, model: ModelSpec, run: RunSpec, profile: Profile, scale_bytes: float | None = None
+    ) -> None:
         self.stats, self.model, self.run_spec, self.profile = stats, model, run, profile
         self.N = stats.num_parts
         self.ring = run.mode != "oneshot" and self.N > 1  # one worker: every mode runs one shard, no exchange
@@ -235,7 +244,8 @@ class EpochModel:
         self.plans = [pl.in_run(run.mode, self.N) for pl in layer_plans(model, stats.feature_dim, stats.num_classes)]
         # the compute scale for this size of shard (Profile.scale_at): workers' activations of mean size
         self.activation_bytes = float(activation_bytes(self.plans, stats.nodes_per_part.mean()))
-        self.costs = CostModel(profile, self.placement.threads, model.dtype, profile.scale_at(self.activation_bytes))
+        self.scale_bytes = self.activation_bytes if scale_bytes is None else float(scale_bytes)
+        self.costs = CostModel(profile, self.placement.threads, model.dtype, profile.scale_at(self.scale_bytes))
         self.b = model.bytes_per_element
         self.params = sum(p.params for p in self.plans)
         self.arrays = [self._precompute(plan) for plan in self.plans]
@@ -268,6 +278,8 @@ class EpochModel:
         full = np.ones((P, P))
         shard_f = cost(plan.shard_fwd(E, nd, num_src)) * full
         shard_b = cost(plan.shard_bwd(E, nd, num_src)) * full
+        if plan.case == 1:  # the ring modes add the local shard's A^T g into the source gradient in place
+            shard_b = _with_diagonal(shard_b, cost(plan.shard_bwd(np.diag(E), n, n, in_place=True)))
         e_all, halo_in = E.sum(axis=1), H.sum(axis=1)
         one_f = cost(plan.shard_fwd(e_all, n, n + halo_in))
         one_b = cost(plan.shard_bwd(e_all, n, n + halo_in))
@@ -312,6 +324,7 @@ class EpochModel:
         return _LayerArrays(
             plan=plan,
             pre_f=_per_part(cost(plan.pre_fwd(n)), P),
+            init_f=_per_part(cost(plan.agg_init(n)), P),
             finalize=_per_part(cost(plan.finalize(n)), P),
             post_f=_per_part(cost(plan.post_fwd(n)), P),
             tail_f=tuple(_per_part(cost(ops), P) for ops in plan.tail_fwd(n)),  # type: ignore[arg-type]
@@ -489,6 +502,7 @@ class EpochModel:
             end_bytes=np.asarray([w.mem.current for w in ws]),
             start_bytes=self.persistent.copy(),
             activation_bytes=self.activation_bytes,
+            scale_key_bytes=self.scale_bytes,
             compute_scale=self.costs.scale,
         )
 
@@ -820,7 +834,7 @@ class EpochModel:
             mem.alloc(M.agg_state)
             transient = A.shard_transient[p][p]
             mem.alloc(transient)
-            yield from self._compute(w, A.shard_f[p][p], (li, "agg", 0))
+            yield from self._compute(w, A.init_f[p] + A.shard_f[p][p], (li, "agg", 0))
             mem.free(transient)
             if keep and A.plan.records:
                 mem.alloc(A.shard_kept[p][p])
@@ -915,7 +929,7 @@ class EpochModel:
         yield from self._await(w, tuple(posted), (li, "halo", 0))
         mem.free(sends)
         mem.alloc(M.agg_state + A.one_transient[p])
-        yield from self._compute(w, A.one_f[p] + A.finalize[p], (li, "agg", 0))
+        yield from self._compute(w, A.init_f[p] + A.one_f[p] + A.finalize[p], (li, "agg", 0))
         mem.free(A.one_transient[p])
         if M.new_out:
             mem.alloc(M.agg_out)
@@ -984,6 +998,24 @@ def _with_diagonal(matrix: np.ndarray, diagonal: np.ndarray) -> np.ndarray:
     return out
 
 
+def predicted_peak(stats: PartitionStats, model: ModelSpec, run: RunSpec, profile: Profile) -> EpochResult:
+    """The untraced epoch with ``compute_scale`` 1 whose largest per-worker peak keys a ``"peak"`` profile's
+    compute scale."""
+    return EpochModel(stats, model, replace(run, trace=False), profile.with_scale(1.0)).run()
+
+
 def simulate_epoch(stats: PartitionStats, model: ModelSpec, run: RunSpec, profile: Profile) -> EpochResult:
-    """Simulate one epoch (see :class:`EpochModel`)."""
+    """Simulate one epoch (see :class:`EpochModel`).
+
+    A profile whose compute scale curve is keyed by peak memory (``compute_scale_key == "peak"``) takes two
+    runs: :func:`predicted_peak` first, then the epoch priced at the scale of that peak; the result's
+    ``events``, ``wall_s`` and ``cpu_s`` count both.
+    """
+    if profile.compute_scale_curve and profile.compute_scale_key == "peak":
+        first = predicted_peak(stats, model, run, profile)
+        result = EpochModel(stats, model, run, profile, float(first.peak_above_baseline_bytes.max())).run()
+        result.events += first.events
+        result.wall_s += first.wall_s
+        result.cpu_s += first.cpu_s
+        return result
     return EpochModel(stats, model, run, profile).run()

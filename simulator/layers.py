@@ -40,10 +40,16 @@ def edge_chunks(edges: Number, chunk: int = UNFUSED_CHUNK_EDGES) -> tuple[Number
     return np.minimum(e, chunk), np.maximum(np.ceil(e / chunk), 1.0)
 
 
-#: op families whose per-row work (``Op.rows``) is done only for destination rows with an edge in the shard:
-#: the fused C++ GAT kernel skips a row without one (``kernels/csrc/gat.cpp``); the torch formulations and
-#: MKL's sparse products touch every row of the output
-ACTIVE_ROW_FAMILIES = ("gat_fused",)
+#: op families whose per-row forward work (``Op.rows``) is done only for destination rows with an edge in the
+#: shard: the fused C++ GAT kernel skips a row without one (``kernels/csrc/gat.cpp``), and the engine adds a
+#: linear shard into the running state in place (``addmm_``), which leaves rows without an edge untouched
+#: (EPYC VM, 20k x 256 state: 10.1 ms with every row hit, 4.6 ms with half of them); the torch formulations
+#: touch every row of their fresh outputs
+ACTIVE_ROW_FAMILIES = ("gat_fused", "spmm")
+#: element-bytes of work per byte of a fresh zero-filled tensor (``torch.zeros``: a write and the pages'
+#: first-touch faults; it ran at 0.75-0.81 of the time of an add of the same shape on the EPYC VM, whose 12
+#: bytes per element the elementwise rate is fitted in)
+ZERO_FILL_PASSES = 2.3
 
 
 def active_rows(edges: Number, n: Number) -> Number:
@@ -66,6 +72,8 @@ class Op:
             writes), priced at the family's ``row_rate``.
         gather_bytes: bytes of the matrix whose rows the edge work gathers at random (sparse families);
             once it outgrows the last-level cache the gathers run at the family's ``mem_rate``.
+        fresh: bytes of an out-of-place result on new pages, priced at the family's ``fresh_rate``
+            (the sparse product's ``A^T g`` send buffers; its in-place calls have none).
     """
 
     family: str
@@ -74,6 +82,7 @@ class Op:
     backward: bool = False
     rows: Number = 0.0
     gather_bytes: Number = 0.0
+    fresh: Number = 0.0
 
 
 @dataclass(frozen=True)
@@ -294,6 +303,13 @@ class LayerPlan:
             ops.append(Op("elementwise", 2.0 * copied * b))
         return ops
 
+    def agg_init(self, n: Number) -> list[Op]:
+        """The running state of a linear aggregation (``torch.zeros``, n x w), which the shards are then
+        added into in place; the other families' calibrated shard ops allocate their own outputs."""
+        if self.family != "spmm":
+            return []
+        return [Op("elementwise", ZERO_FILL_PASSES * n * self.agg_width * self.bytes_per_element)]
+
     @property
     def agg_width_in(self) -> int:
         """Features gathered per edge (the exchanged rows without GAT's score column)."""
@@ -382,15 +398,21 @@ class LayerPlan:
             ops.append(Op("elementwise", 3.0 * n * self.agg_width * b))
         return ops
 
-    def shard_bwd(self, edges: Number, n: Number, num_src: Number) -> list[Op]:
+    def shard_bwd(self, edges: Number, n: Number, num_src: Number, in_place: bool = False) -> list[Op]:
         """Backward of one shard: ``A_q^T g`` (case 1, output ``num_src`` rows), else the VJP.
 
+        ``A^T g`` is added in place into the source gradient for the ring modes' local shard
+        (``in_place``: like the forward, only the rows with an edge are touched) and is a fresh
+        ``num_src x w`` result otherwise (a send buffer, or oneshot's gradient of its extended rows).
         A VJP that rematerializes (SAGE max/pool's regathered messages, the GAT kernels' recomputed
         attention) does so inside the backward op the calibration times, so its backward ratio covers it.
         """
         if self.case == 1:  # A^T g gathers rows of the n x w output gradient
-            gathered = n * self.width * self.bytes_per_element
-            return [Op("spmm", edges * self.width, rows=num_src * self.width, backward=True, gather_bytes=gathered)]
+            b = self.bytes_per_element
+            gathered = n * self.width * b
+            fresh = 0.0 * num_src if in_place else num_src * self.width * b
+            rows = active_rows(edges, num_src) * self.width
+            return [Op("spmm", edges * self.width, rows=rows, backward=True, gather_bytes=gathered, fresh=fresh)]
         fwd = self.shard_fwd(edges, n, num_src)[:1]
         ops = [replace(o, backward=True, rows=o.rows + num_src * self.width) for o in fwd]
         if self.kind == "gat" and not self.autograd:  # input copies; unfused adds each chunk's gradients in

@@ -29,6 +29,8 @@ OP_UNITS: dict[str, str] = {
 
 #: families a profile may lack (priced as ``gat_unfused`` then)
 OPTIONAL_OPS = ("gat_fused", "gat_autograd")
+#: what :attr:`Profile.compute_scale_curve` is keyed by (see :class:`Profile`)
+SCALE_KEYS = ("activation", "peak")
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,8 @@ class OpCost:
             ``1 + (S-1) share_eff`` times the work of one; ``None`` = ``parallel_eff``.
         mem_rate: work units per second of the edge work when the rows it gathers at random come from
             memory rather than the last-level cache (:attr:`Profile.llc_bytes`); ``None`` = ``rate`` always.
+        fresh_rate: bytes per second of an out-of-place result on new pages (``Op.fresh``): what such a
+            call costs beyond the same product added in place into touched memory; ``None`` = no such term.
     """
 
     rate: float
@@ -62,6 +66,7 @@ class OpCost:
     row_rate: float | None = None
     share_eff: float | None = None
     mem_rate: float | None = None
+    fresh_rate: float | None = None
 
     def __post_init__(self) -> None:
         if not (self.rate > 0):
@@ -72,6 +77,8 @@ class OpCost:
             raise ValueError("OpCost needs overhead_s >= 0, bwd_ratio >= 0 and 0 <= parallel_eff <= 1")
         if self.mem_rate is not None and not (self.mem_rate > 0):
             raise ValueError(f"OpCost.mem_rate must be > 0 or None, got {self.mem_rate}")
+        if self.fresh_rate is not None and not (self.fresh_rate > 0):
+            raise ValueError(f"OpCost.fresh_rate must be > 0 or None, got {self.fresh_rate}")
         if self.share_eff is not None and not (0 <= self.share_eff <= 1):
             raise ValueError(f"OpCost.share_eff must be in [0, 1] or None, got {self.share_eff}")
 
@@ -158,10 +165,14 @@ class Profile:
             microbenchmarks miss in a whole epoch (first-touch faults of GBs of fresh tensors under memory
             pressure, small ops they do not price). 1.0 = microbenchmarks alone (presets).
         compute_scale_curve: ``((bytes, scale), ...)`` by increasing ``bytes``: the same ratio measured at
-            several graph sizes, keyed by a worker's activation bytes (local nodes x widest layer x element
-            size; :meth:`scale_at`). It rises with size (0.96 at 13 MB, 1.65 at 205 MB on the EPYC VM: the
-            microbenchmarks run on tensors of 4-128 MB), so one number fitted on a large graph overprices
-            the small shards of many workers. Empty = ``compute_scale`` everywhere.
+            several graph sizes, keyed by :attr:`compute_scale_key` (:meth:`scale_at`). It rises with size
+            (0.96 at 13 MB, 1.65 at 205 MB of activations on the EPYC VM: the microbenchmarks run on tensors
+            of 4-128 MB), so one number fitted on a large graph overprices the small shards of many workers.
+            Empty = ``compute_scale`` everywhere.
+        compute_scale_key: what the curve's bytes are: ``"activation"``, a worker's mean activation (local
+            nodes x widest layer x element size), or ``"peak"``, the largest per-worker peak memory the
+            simulator predicts for the configuration with ``compute_scale`` 1 (one extra simulation per
+            configuration; it also sees the per-edge tensors that unfused GAT in ``sa``/``oneshot`` keeps).
         notes: free-text provenance (how each number was obtained or assumed).
         meta: machine description, date, torch version.
     """
@@ -184,6 +195,7 @@ class Profile:
     )
     compute_scale: float = 1.0
     compute_scale_curve: tuple[tuple[float, float], ...] = ()
+    compute_scale_key: str = "activation"
     notes: tuple[str, ...] = ()
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -193,9 +205,11 @@ class Profile:
             raise ValueError(f"profile {self.name!r} lacks op costs for {missing}; re-run `sarlab calibrate`")
         if self.cores_per_host < 1 or self.workers_per_host < 0:
             raise ValueError("cores_per_host must be >= 1 and workers_per_host >= 0")
+        if self.compute_scale_key not in SCALE_KEYS:
+            raise ValueError(f"compute_scale_key must be one of {SCALE_KEYS}, got {self.compute_scale_key!r}")
 
     def scale_at(self, nbytes: float) -> float:
-        """``compute_scale`` for a worker whose activations are ``nbytes`` per layer: log-linear
+        """``compute_scale`` at ``nbytes`` of the curve's key (:attr:`compute_scale_key`): log-linear
         interpolation of :attr:`compute_scale_curve` in log(bytes), constant beyond its ends;
         :attr:`compute_scale` without a curve."""
         if not self.compute_scale_curve:
@@ -260,6 +274,7 @@ class Profile:
             "compute_scale_curve": tuple(
                 sorted((float(b), float(v)) for b, v in d.get("compute_scale_curve", ()))
             ),
+            "compute_scale_key": str(d.get("compute_scale_key", "activation")),
             "notes": tuple(d.get("notes", ())),
             "meta": dict(d.get("meta", {})),
         }

@@ -342,6 +342,7 @@ def validate(
         out.update(
             workload_source=stats.source,
             compute_scale_used=result.compute_scale,
+            scale_key_bytes=result.scale_key_bytes,
             predicted_epoch_time_s=pred_t,
             predicted_peak_above_baseline_bytes=pred_m,
             predicted_comm_wait_s=float(result.comm_wait_s.max()),
