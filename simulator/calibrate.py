@@ -15,7 +15,7 @@ two local gloo processes: ping-pong of several sizes fitted to :math:`\\alpha + 
 back-to-back small messages giving the per-message channel time ``g`` (so ``L = alpha - g``).
 Last, short single-worker epochs of the real engine on calibration graphs of several sizes give
 ``compute_scale_curve``, the factor by which whole epochs run slower than their microbenchmarked ops, as a
-function of the activations' size (:func:`bench_engine`).
+power law of the worker's predicted peak memory (:func:`bench_engine`, :func:`fit_scale_curve`).
 """
 
 from __future__ import annotations
