@@ -794,12 +794,17 @@ ENGINE_SIZES_QUICK = (1_500, 3_000)
 
 
 def engine_epoch(
-    spec: str, model: str, layers: int, hidden: int, epochs: int, partition_dir: str | Path
+    spec: str, model: str, layers: int, hidden: int, epochs: int, partition_dir: str | Path, threads: int = 1
 ) -> pd.Series:
-    """One real single-worker ``sarlab train`` run (a subprocess: the engine's own launcher, malloc
-    settings and threads) of ``model`` (sar, mean aggregation) on graph ``spec``; returns its
+    """One real single-worker ``sarlab train`` run (a subprocess: the engine's own launcher and malloc
+    settings) of ``model`` (sar, mean aggregation) on graph ``spec`` with ``threads`` threads; returns its
     :func:`simulator.validate.summarize_measured` row (median epoch time of the epochs after the first).
-    ``partition_dir`` is reused when it already holds the partition."""
+    ``partition_dir`` is reused when it already holds the partition.
+
+    One thread by default: the compute scale fitted from these runs then holds no error of the measured
+    thread efficiencies, which the simulator applies on its own. (With both cores, a calibration whose
+    2-thread efficiencies came out low, spmm 0.10 in all five rounds, fitted a scale of 0.8 that made every
+    1-thread worker of the runs after it 30 % too fast: campaign 7, ``results/validation_c7_plan.md``.)"""
     import tempfile
 
     from simulator.validate import read_records, summarize_measured
@@ -812,7 +817,7 @@ def engine_epoch(
         cmd = [
             sys.executable, "-m", "real.cli", "train", *graph, "--workers", "1", "--mode", "sar",
             "--model", model, "--layers", str(layers), "--hidden", str(hidden), "--epochs", str(epochs),
-            "--eval-every", "0", "--json", str(out),
+            "--threads", str(threads), "--eval-every", "0", "--json", str(out),
         ]  # fmt: skip
         proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=900)
         if proc.returncode != 0:
@@ -824,7 +829,7 @@ def bench_engine(cal: Calibration, profile: Profile) -> tuple[float, tuple[tuple
     """Fit :attr:`Profile.compute_scale_curve`: real single-worker epochs of the engine over what the
     simulator predicts for them from the microbenchmark profile, at several graph sizes.
 
-    Runs :func:`engine_epoch` for GCN and GraphSAGE-mean, 3 layers, hidden 256, one worker, on graphs of
+    Runs :func:`engine_epoch` for GCN and GraphSAGE-mean, 3 layers, hidden 256, one worker with one thread, on graphs of
     :data:`ENGINE_SIZES` nodes (degree 30, 128 features; graphs no benchmark or validation uses): whole-graph
     activations of 13-205 MB, the range of one worker's shard in the validation runs. One worker keeps
     communication out of the fit. Each run gives a ratio measured / predicted (median of the epochs after
