@@ -797,7 +797,8 @@ def engine_epoch(
     spec: str, model: str, layers: int, hidden: int, epochs: int, partition_dir: str | Path, threads: int = 1
 ) -> pd.Series:
     """One real single-worker ``sarlab train`` run (a subprocess: the engine's own launcher and malloc
-    settings) of ``model`` (sar, mean aggregation) on graph ``spec`` with ``threads`` threads; returns its
+    settings) of ``model`` (sar, mean aggregation) on graph ``spec`` with ``threads`` threads (0: the
+    engine's default, all cores); returns its
     :func:`simulator.validate.summarize_measured` row (median epoch time of the epochs after the first).
     ``partition_dir`` is reused when it already holds the partition.
 
@@ -903,10 +904,11 @@ def speed_probe(partition_dir: str | Path, spec: str = PROBE_GRAPH) -> dict[str,
     ``sarlab bench engine --probe`` runs this between configurations; the validation divides each
     configuration's adjacent probe epoch time by the simulator's prediction of the probe to get the
     ``compute_scale`` that held while it ran (:func:`simulator.validate.probe_scale`). Returns the probe's
-    epoch time and the configuration columns the prediction needs.
+    epoch time and the configuration columns the prediction needs. The probe runs on all cores (the
+    engine's default), as it always has; its prediction uses the threads it ran with.
     """
     row = engine_epoch(spec, PROBE_MODEL["model"], PROBE_MODEL["layers"], PROBE_MODEL["hidden"],
-                       PROBE_MODEL["epochs"], partition_dir)  # fmt: skip
+                       PROBE_MODEL["epochs"], partition_dir, threads=0)  # fmt: skip
     return {
         "probe_epoch_s": float(row["measured_epoch_time_s"]),
         "probe_graph": spec,

@@ -410,7 +410,7 @@ class LayerPlan:
         if self.case == 1:  # A^T g gathers rows of the n x w output gradient
             b = self.bytes_per_element
             gathered = n * self.width * b
-            fresh = 0.0 * num_src if in_place else num_src * self.width * b
+            fresh = 0.0 if in_place else num_src * self.width * b
             rows = active_rows(edges, num_src) * self.width
             return [Op("spmm", edges * self.width, rows=rows, backward=True, gather_bytes=gathered, fresh=fresh)]
         fwd = self.shard_fwd(edges, n, num_src)[:1]

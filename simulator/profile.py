@@ -165,10 +165,11 @@ class Profile:
             microbenchmarks miss in a whole epoch (first-touch faults of GBs of fresh tensors under memory
             pressure, small ops they do not price). 1.0 = microbenchmarks alone (presets).
         compute_scale_curve: ``((bytes, scale), ...)`` by increasing ``bytes``: the same ratio measured at
-            several graph sizes, keyed by :attr:`compute_scale_key` (:meth:`scale_at`). It rises with size
-            (0.96 at 13 MB, 1.65 at 205 MB of activations on the EPYC VM: the microbenchmarks run on tensors
-            of 4-128 MB), so one number fitted on a large graph overprices the small shards of many workers.
-            Empty = ``compute_scale`` everywhere.
+            several graph sizes, keyed by :attr:`compute_scale_key` (:meth:`scale_at`; ``sarlab calibrate``
+            stores the two ends of a power law, :func:`simulator.calibrate.fit_scale_curve`). Calibrated on
+            2-thread engine epochs it rose with size (EPYC VM: 0.96 at 13 MB to 1.65 at 205 MB of
+            activations, then 1.02-1.03 at 97 MB to 1.30-1.45 at 2 GB of peak); on 1-thread epochs, as
+            calibrated now, it came out flat (0.98 to 0.97). Empty = ``compute_scale`` everywhere.
         compute_scale_key: what the curve's bytes are: ``"activation"``, a worker's mean activation (local
             nodes x widest layer x element size), or ``"peak"``, the largest per-worker peak memory the
             simulator predicts for the configuration with ``compute_scale`` 1 (one extra simulation per
