@@ -1,22 +1,27 @@
 """sarlab.simulator: a SimPy model of distributed full-batch GNN training (``sar``, ``sa``, ``oneshot``).
 
 It predicts per-rank epoch time, compute/wait split, bytes and peak memory above the baseline from
-partition statistics (a partition's ``manifest.json`` or an estimate) and a machine profile
-(``sarlab calibrate`` or a preset), and validates those predictions against real metric records. It never
-imports the engine's runtime.
+partition statistics (a partition's ``manifest.json`` or an estimate) and a machine profile (shipped in
+``simulator/profiles/``, made by ``sarlab calibrate``, or a preset), and validates those predictions against
+real metric records. It never imports the engine's runtime.
 
 Entry points: :func:`simulate_epoch` (one configuration), :func:`simulate_sweep` (modes x models x
 workers as a metric-record DataFrame), :mod:`simulator.cli` (``sarlab calibrate`` / ``sarlab simulate``).
+The module map is in ``simulator/README.md``.
 """
 
-from simulator.epoch import EpochResult, RunSpec, simulate_epoch
-from simulator.layers import ModelSpec
-from simulator.profile import Profile, load_profile, save_profile
-from simulator.sweep import simulate_sweep
+from simulator.epoch import simulate_epoch
+from simulator.model import ModelSpec, parse_model
+from simulator.profile import PRESETS, Profile, load_profile, save_profile
+from simulator.provenance import resolve_profile
+from simulator.result import EpochResult
+from simulator.runspec import RunSpec
+from simulator.sweep import simulate_sweep, summarize_sweep
 from simulator.workload import GRAPH_PRESETS, PartitionStats, estimate_partition, load_manifest
 
 __all__ = [
     "GRAPH_PRESETS",
+    "PRESETS",
     "EpochResult",
     "ModelSpec",
     "PartitionStats",
@@ -25,7 +30,10 @@ __all__ = [
     "estimate_partition",
     "load_manifest",
     "load_profile",
+    "parse_model",
+    "resolve_profile",
     "save_profile",
     "simulate_epoch",
     "simulate_sweep",
+    "summarize_sweep",
 ]

@@ -1,4 +1,8 @@
-"""Command-line entry points: ``sarlab calibrate`` and ``sarlab simulate`` (wired by real/cli.py)."""
+"""Command-line entry points: ``sarlab calibrate`` and ``sarlab simulate`` (wired by real/cli.py).
+
+``simulate`` takes ``train``'s model flags with ``train``'s defaults (:data:`MODEL_DEFAULTS`), so the same
+flags describe the same model; ``--model`` (and ``--workers``) may list several values to sweep over.
+"""
 
 from __future__ import annotations
 
@@ -11,17 +15,40 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from simulator.calibrate import Calibration, calibrate, default_profile_path
-from simulator.epoch import simulate_epoch
-from simulator.layers import ModelSpec
-from simulator.profile import PRESETS, Profile, load_profile, save_profile
-from simulator.sweep import parse_model, simulate_sweep, split_list, summarize
+import pandas as pd
 
-RESULTS = Path(__file__).resolve().parent.parent / "results"
+from simulator.calibrate import Calibration, calibrate
+from simulator.epoch import simulate_epoch
+from simulator.linkprofile import read_link_profile
+from simulator.measured import machine_mismatch, read_records
+from simulator.model import ModelSpec, parse_model
+from simulator.plots import gantt, memory_plot, scaling_plot, validation_plot
+from simulator.profile import PRESETS, Profile, save_profile
+from simulator.provenance import (
+    LOCAL_PROFILE,
+    machine_warnings,
+    plausibility_warnings,
+    profile_line,
+    resolve_profile,
+    shipped_profiles,
+)
+from simulator.sweep import simulate_sweep, summarize_sweep
+from simulator.validate import error_summary, markdown_table, validate
+
+#: ``sarlab train``'s model defaults (``real.options.MODEL_DEFAULTS`` and ``add_model_args``), mirrored here
+#: because the simulator does not import ``real/``; ``tests/test_simulator_cli.py`` keeps the two equal
+MODEL_DEFAULTS = {"model": "sage", "layers": 2, "hidden": 64, "aggr": "mean", "heads": 4, "dropout": 0.0,
+                  "batchnorm": False, "seed": 0, "dtype": "float32"}
+#: exit status of ``sarlab calibrate`` when it refused an implausible calibration
+REJECTED = 3
 
 
 def _print(line: str) -> None:
     print(line, flush=True)
+
+
+def _warn(line: str) -> None:
+    print(f"warning: {line}", file=sys.stderr, flush=True)
 
 
 def _write_json(path: str, payload: dict[str, Any]) -> None:
@@ -39,45 +66,45 @@ def _json_default(obj: Any) -> Any:
     return str(obj)
 
 
+def split_list(text: str) -> list[str]:
+    """``"a,b, c"`` -> ``["a", "b", "c"]``."""
+    return [s.strip() for s in text.split(",") if s.strip()]
+
+
 # ------------------------------------------------------------------------------------ calibrate
 def calibrate_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="sarlab calibrate",
-        description="Measure this machine (GEMM, sparse/max aggregation, GAT attention, elementwise "
-        "bandwidth, "
-        "gloo point-to-point between 2 local processes, allocator) and write the profile JSON that "
-        "`sarlab simulate` reads.",
+        description="Measure this machine (GEMM, sparse/max aggregation, GAT attention, elementwise bandwidth, "
+        "gloo point-to-point between 2 local processes, allocator, real engine epochs) and write the profile "
+        "JSON that `sarlab simulate` reads.",
     )
-    p.add_argument("--out", default=str(default_profile_path()), help="profile JSON to write (default: %(default)s)")
+    p.add_argument("--out", default=str(LOCAL_PROFILE),
+                   help="profile JSON to write (default: %(default)s, which `sarlab simulate` uses by default)")
     p.add_argument("--quick", action="store_true", help="small shapes, few repeats (< 20 s)")
     p.add_argument("--no-network", action="store_true", help="skip the gloo benchmark (assume 50 us, 1 GB/s)")
     p.add_argument("--no-fused", action="store_true", help="skip the fused GAT kernels")
-    p.add_argument(
-        "--no-engine",
-        action="store_true",
-        help="do not fit compute_scale from real engine epochs (microbenchmarks alone)",
-    )
-    p.add_argument(
-        "--scale-key",
-        choices=("peak", "activation"),
-        default="peak",
-        help="key the compute scale curve by each worker's predicted peak memory (default) or by its "
-        "activation bytes (nodes x widest layer)",
-    )
+    p.add_argument("--no-engine", action="store_true",
+                   help="do not fit compute_scale from real engine epochs (microbenchmarks alone)")
+    p.add_argument("--scale-key", choices=("peak", "activation"), default="peak",
+                   help="key the compute scale curve by each worker's predicted peak memory (default) or by its "
+                   "activation bytes (nodes x widest layer)")
     p.add_argument("--threads", type=int, default=None, help="threads for the all-cores measurement")
-    p.add_argument(
-        "--quiet-tries",
-        type=int,
-        default=3,
-        help="repeat a timing step up to this many times while other processes disturb it (default: %(default)s)",
-    )
+    p.add_argument("--quiet-tries", type=int, default=3,
+                   help="repeat a timing step up to this many times while other processes disturb it "
+                   "(default: %(default)s)")
+    p.add_argument("--accept-implausible", action="store_true",
+                   help="write the profile to --out even when its thread efficiencies are implausible for the "
+                   "core count (it is flagged in its notes and meta either way)")
     p.add_argument("--name", default="local", help="profile name (default: %(default)s)")
     p.add_argument("--json", metavar="PATH", help="also write a machine-readable summary here")
     return p
 
 
 def calibrate_main(argv: list[str] | None = None) -> int:
-    """``sarlab calibrate``: microbenchmarks -> profile JSON. Returns the exit status."""
+    """``sarlab calibrate``: microbenchmarks -> profile JSON. Returns the exit status (:data:`REJECTED` when
+    the calibration is implausible and not accepted; it is then written beside ``--out`` as
+    ``<stem>.rejected.json``)."""
     args = calibrate_parser().parse_args(argv)
     cal = Calibration(
         quick=args.quick,
@@ -90,129 +117,120 @@ def calibrate_main(argv: list[str] | None = None) -> int:
         log=_print,
     )
     profile = calibrate(cal, name=args.name)
-    path = save_profile(profile, args.out)
+    implausible = profile.meta.get("implausible", [])
+    out = Path(args.out)
+    if implausible and not args.accept_implausible:
+        out = out.with_name(out.stem + ".rejected.json")
+        for line in implausible:
+            print(f"error: implausible calibration, {line}", file=sys.stderr)
+        print(f"error: not written to {args.out}: the thread efficiencies cannot be what {profile.cores_per_host} "
+              "cores deliver (other processes on the cores? SMT siblings?); calibrate again on a quiet machine, or "
+              f"pass --accept-implausible; the measured profile is in {out}", file=sys.stderr)  # fmt: skip
+    path = save_profile(profile, out)
     _print(f"wrote {path}")
     if args.json:
-        _write_json(args.json, {"profile_path": str(path), "profile": profile.to_json()})
-    return 0
+        _write_json(args.json, {"profile_path": str(path), "profile": profile.to_json(), "implausible": implausible})
+    return REJECTED if implausible and not args.accept_implausible else 0
 
 
 # ------------------------------------------------------------------------------------- simulate
 def simulate_parser() -> argparse.ArgumentParser:
+    d = MODEL_DEFAULTS
     p = argparse.ArgumentParser(
         prog="sarlab simulate",
-        description="Predict epoch time and per-worker peak memory of sar/sa/oneshot training with a "
-        "SimPy model "
-        "of the epoch; sweep modes x models x worker counts; or validate against real records.",
+        description="Predict epoch time and per-worker peak memory of sar/sa/oneshot training with a SimPy model "
+        "of the epoch; sweep modes x models x worker counts; or validate against real records. The model flags "
+        "and their defaults are `sarlab train`'s.",
     )
-    p.add_argument(
-        "--graph",
-        default="ogbn-products",
-        help="partition directory ({N} = worker count), preset (ogbn-products, ogbn-papers100M) or "
-        "estimate:nodes=N,edges=E,features=F,classes=C[,cut=PHI] (default: %(default)s)",
-    )
-    p.add_argument(
-        "--edge-cut",
-        type=float,
-        default=None,
-        help="edge-cut fraction for presets/estimates (default: random partition, (N-1)/N)",
-    )
+    p.add_argument("--graph", default="ogbn-products",
+                   help="partition directory ({N} = worker count), preset (ogbn-products, ogbn-papers100M) or "
+                   "estimate:nodes=N,edges=E,features=F,classes=C[,cut=PHI] (default: %(default)s)")
+    p.add_argument("--edge-cut", type=float, default=None,
+                   help="edge-cut fraction for presets/estimates (default: random partition, (N-1)/N)")
     p.add_argument("--modes", default="sar,sa,oneshot", help="comma list (default: %(default)s)")
-    p.add_argument(
-        "--models",
-        default="gcn,sage,gat",
-        help="comma list: gcn, sage[-mean|-max|-pool], gat[-fused|-unfused] (default: %(default)s)",
-    )
+    p.add_argument("--model", "--models", dest="models", default=d["model"],
+                   help="comma list: gcn, sage[-mean|-max|-pool], gat[-fused|-unfused] (default: %(default)s)")
     p.add_argument("--workers", default="2,4,8", help="comma list of worker counts (default: %(default)s)")
-    p.add_argument("--layers", type=int, default=3)
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--heads", type=int, default=4, help="GAT heads of hidden layers")
-    p.add_argument("--aggr", default="mean", choices=("mean", "max", "pool"), help="SAGE aggregator for 'sage'")
-    p.add_argument("--fused", action="store_true", help="GAT uses the fused kernels for 'gat'")
-    p.add_argument("--no-batchnorm", action="store_true")
-    p.add_argument("--dropout", type=float, default=0.5)
-    p.add_argument("--dtype", default="float32", choices=("float32", "float64", "bfloat16"))
-    p.add_argument("--prefetch", type=int, default=1)
+    p.add_argument("--layers", type=int, default=d["layers"], help="graph convolutions (default %(default)s)")
+    p.add_argument("--hidden", type=int, default=d["hidden"], help="hidden size (default %(default)s)")
+    p.add_argument("--heads", type=int, default=d["heads"], help="GAT heads of hidden layers (default %(default)s)")
+    p.add_argument("--aggr", default=d["aggr"], choices=("mean", "max", "pool"),
+                   help="SAGE aggregator for 'sage' (default %(default)s)")
+    p.add_argument("--dropout", type=float, default=d["dropout"], help="dropout (default %(default)s)")
+    p.add_argument("--batchnorm", action="store_true", default=d["batchnorm"],
+                   help="distributed BatchNorm after hidden layers")
+    p.add_argument("--seed", type=int, default=d["seed"],
+                   help="accepted for `sarlab train`'s flags; the prediction does not depend on it")
+    p.add_argument("--dtype", default=d["dtype"], choices=("float32", "float64", "bfloat16"))
+    p.add_argument("--unfused", action="store_true", help="GAT ('gat'): not the fused attention kernels")
+    p.add_argument("--prefetch", type=int, default=1, help="ring rounds fetched ahead (default %(default)s)")
     p.add_argument("--threads", type=float, default=None, help="threads per worker (default: cores / workers)")
-    p.add_argument(
-        "--workers-per-host",
-        type=int,
-        default=None,
-        help="placement (default: the profile's; 0 = all workers on one host)",
-    )
-    p.add_argument(
-        "--profile",
-        default=None,
-        help=f"profile JSON or preset ({', '.join(PRESETS)}); default: "
-        f"{default_profile_path().name} if it exists, else reference-laptop",
-    )
-    p.add_argument(
-        "--network",
-        default="reserve",
-        choices=("reserve", "simpy"),
-        help="NIC channel implementation (default: %(default)s)",
-    )
+    p.add_argument("--workers-per-host", type=int, default=None,
+                   help="placement (default: the profile's; 0 = all workers on one host)")
+    p.add_argument("--profile", default=None,
+                   help=f"profile JSON, shipped profile ({', '.join(shipped_profiles())}) or preset "
+                   f"({', '.join(PRESETS)}); default: this machine's calibration ({LOCAL_PROFILE}) if it exists, "
+                   "else epyc-2core")
+    p.add_argument("--net", default="loopback",
+                   help="network of the runs: loopback (the profile's links) or veth:rate=R[,hosts=H] (emulated hosts "
+                   "on this machine's cores, N/H workers sharing each host's link, priced by --link)")
+    p.add_argument("--link", metavar="LINK_JSON", nargs="+", default=[],
+                   help="link profiles (`sarlab netbench --out`) for --net veth:... and for validating records "
+                   "measured on an emulated network (matched by rate)")
+    p.add_argument("--network", default="reserve", choices=("reserve", "simpy"),
+                   help="NIC channel implementation (default: %(default)s)")
     p.add_argument("--out", metavar="CSV", help="write the per-rank records (metric-record columns) here")
     p.add_argument("--plots", metavar="DIR", help="write Gantt and memory PNGs (and a scaling plot) into DIR")
     p.add_argument("--plot-limit", type=int, default=3, help="Gantt/memory plots for at most this many configs")
-    p.add_argument(
-        "--validate",
-        metavar="RECORDS",
-        nargs="+",
-        help="compare with real records (CSV / JSON lines from `sarlab bench engine`; several files are joined)",
-    )
-    p.add_argument(
-        "--validation-out",
-        default=str(RESULTS / "simulator_validation.csv"),
-        help="validation table (default: %(default)s); its PNG is written beside it",
-    )
+    p.add_argument("--validate", metavar="RECORDS", nargs="+",
+                   help="compare with real records (CSV / JSON lines from `sarlab bench engine`; several files "
+                   "are joined)")
+    p.add_argument("--validation-out", default=str(Path(".cache") / "simulator_validation.csv"),
+                   help="validation table (default: %(default)s); its PNG is written beside it")
     p.add_argument("--warmup", type=int, default=1, help="validation: epochs before this one are warm-up")
-    p.add_argument(
-        "--drift",
-        choices=("none", "probe", "auto"),
-        default="none",
-        help="validation: which prediction is the primary one: 'none' the profile's own compute_scale, 'probe' "
-        "the compute_scale the speed probes next to each run measured (records of `sarlab bench engine --probe`), "
-        "'auto' probe where the records have probes (default: %(default)s); both are in the table when probes exist",
-    )
+    p.add_argument("--drift", choices=("none", "probe", "auto"), default="none",
+                   help="validation: which prediction is the primary one: 'none' the profile's own compute_scale, "
+                   "'probe' the compute_scale the speed probes next to each run measured (records of `sarlab bench "
+                   "engine --probe`), 'auto' probe where the records have probes (default: %(default)s); both are "
+                   "in the table when probes exist")
     p.add_argument("--json", metavar="PATH", help="write machine-readable output here")
     return p
 
 
-def _profile(spec: str | None) -> Profile:
-    if spec:
-        return load_profile(spec)
-    path = default_profile_path()
-    if path.exists():
-        return load_profile(path)
-    _print(f"no calibrated profile at {path}: using the reference-laptop preset (run `sarlab calibrate`)")
-    return load_profile("reference-laptop")
+def base_model(args: argparse.Namespace) -> ModelSpec:
+    """The model the flags describe; each ``--model`` label overrides its own part (:func:`parse_model`)."""
+    return ModelSpec(model="gcn", layers=args.layers, hidden=args.hidden, heads=args.heads, aggr=args.aggr,
+                     fused=not args.unfused, batchnorm=args.batchnorm, dropout=args.dropout,
+                     dtype=args.dtype)  # fmt: skip
 
 
 def simulate_main(argv: list[str] | None = None) -> int:
     """``sarlab simulate``: sweep or validate. Returns the exit status."""
     args = simulate_parser().parse_args(argv)
     try:
-        profile = _profile(args.profile)
+        profile, source = resolve_profile(args.profile)
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    _print(f"profile {profile.name} ({profile.meta.get('machine', profile.meta.get('source', ''))})")
-    if args.validate:
-        return _validate(args, profile)
-    base = ModelSpec(
-        model="gcn",
-        layers=args.layers,
-        hidden=args.hidden,
-        heads=args.heads,
-        aggr=args.aggr,
-        fused=args.fused,
-        batchnorm=not args.no_batchnorm,
-        dropout=args.dropout,
-        dtype=args.dtype,
-    )
+    _print(profile_line(profile, source))
+    for line in plausibility_warnings(profile):
+        _warn(line)
     try:
-        models = [parse_model(label, base) for label in split_list(args.models)]
+        links = [read_link_profile(path, profile) for path in args.link]
+    except (FileNotFoundError, ValueError, KeyError) as err:
+        print(f"error: link profile: {err}", file=sys.stderr)
+        return 2
+    for lp in links:
+        _print(f"link {lp.link.bandwidth_Bps * 8 / 1e6:,.1f} Mbit/s payload, latency {lp.link.latency_s * 1e6:.0f} us "
+               f"+ gap {lp.link.gap_s * 1e6:.0f} us from {lp.source}")
+        for line in lp.assumed:
+            _warn(f"link profile {lp.source}: {line}")
+    if args.validate:  # the records' machine is the one to compare with (machine_mismatch)
+        return _validate(args, profile, links)
+    for line in machine_warnings(profile):
+        _warn(line)
+    try:
+        models = [parse_model(label, base_model(args)) for label in split_list(args.models)]
         workers = [int(w) for w in split_list(args.workers)]
         start = time.perf_counter()
         df, items = simulate_sweep(
@@ -228,11 +246,13 @@ def simulate_main(argv: list[str] | None = None) -> int:
             trace=False,
             network=args.network,
             progress=_print,
+            net=args.net,
+            links=links,
         )
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    summary = summarize(df)
+    summary = summarize_sweep(df)
     events = sum(it.result.events for it in items)
     wall = time.perf_counter() - start
     _print(summary.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
@@ -242,8 +262,6 @@ def simulate_main(argv: list[str] | None = None) -> int:
         df.to_csv(args.out, index=False)
         _print(f"wrote {args.out}")
     if args.plots:
-        from simulator.plots import gantt, memory_plot, scaling_plot
-
         outdir = Path(args.plots)
         for it in items[: max(args.plot_limit, 0)]:  # re-simulated with traces (same result, more bookkeeping)
             traced = simulate_epoch(it.stats, it.model, replace(it.run, trace=True), profile)
@@ -251,14 +269,15 @@ def simulate_main(argv: list[str] | None = None) -> int:
             _print(f"wrote {gantt(traced, outdir / f'simulator_gantt_{it.key()}.png', title)}")
             _print(f"wrote {memory_plot(traced, outdir / f'simulator_memory_{it.key()}.png', title)}")
         if len(workers) > 1:
-            title = f"{args.graph} ({profile.name})"
-            scaling = scaling_plot(summary, outdir / "simulator_scaling.png", title)
+            scaling = scaling_plot(summary, outdir / "simulator_scaling.png", f"{args.graph} ({profile.name})")
             _print(f"wrote {scaling}")
     if args.json:
         _write_json(
             args.json,
             {
                 "profile": profile.name,
+                "profile_source": source,
+                "profile_machine": profile.meta.get("machine"),
                 "graph": args.graph,
                 "events": events,
                 "wall_s": wall,
@@ -269,12 +288,7 @@ def simulate_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _validate(args: argparse.Namespace, profile: Profile) -> int:
-    import pandas as pd
-
-    from simulator.plots import validation_plot
-    from simulator.validate import error_summary, machine_mismatch, markdown_table, read_records, validate
-
+def _validate(args: argparse.Namespace, profile: Profile, links: list) -> int:
     try:
         records = pd.concat([read_records(path) for path in args.validate], ignore_index=True)
     except (FileNotFoundError, ValueError) as err:
@@ -290,7 +304,7 @@ def _validate(args: argparse.Namespace, profile: Profile) -> int:
             file=sys.stderr,
         )
     try:
-        table = validate(records, profile, warmup=args.warmup, progress=_print, drift=args.drift)
+        table = validate(records, profile, warmup=args.warmup, progress=_print, drift=args.drift, links=links)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from simulator.layers import Number, Op
+from simulator.ops import Number, Op
 from simulator.profile import OP_UNITS, Link, Profile
 
 

@@ -3,7 +3,7 @@
 Library code pages (MKL sparse, oneDNN, the kernels extension), allocator arenas and autograd's first-use
 structures appear after the engine measures its baseline (post-setup RSS) and stay, so they show up in
 every epoch's ``peak - baseline``. The probe mimics the engine's setup (one thread, glibc's mmap
-threshold lowered as ``sarlab.memory.tune_malloc`` does, a gloo all-reduce, a model and its optimizer),
+threshold lowered by ``sarlab.memory.tune_malloc``, a gloo all-reduce, a model and its optimizer),
 then runs each family once on a tiny input, forward and backward, and records the RSS growth per family.
 It also measures the temporaries of the sparse CSR products beyond their output
 (:func:`sparse_transients`), which MKL allocates out of sight of the code. Prints one JSON line
@@ -12,31 +12,22 @@ It also measures the temporaries of the sparse CSR products beyond their output
 
 from __future__ import annotations
 
-import ctypes
 import datetime
 import json
-import os
 import socket
 import warnings
 
 import torch
+import torch.distributed as dist
 
-
-def rss_bytes() -> int:
-    """Current resident set size of this process."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+from sarlab.memory import peak_bytes, reset_peak, rss_bytes, tune_malloc
 
 
 def _setup() -> None:
+    """The engine worker's state before its baseline: one thread, its malloc settings, a gloo group, a
+    model and its optimizer."""
     torch.set_num_threads(1)
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 1 << 17)  # M_MMAP_THRESHOLD
-        libc.mallopt(-1, 1 << 17)  # M_TRIM_THRESHOLD
-    except OSError:
-        pass
-    import torch.distributed as dist
+    tune_malloc(threshold=1 << 17)
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -131,24 +122,17 @@ PROBES = {
 }
 
 
-def _status_bytes(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise KeyError(field)
-
-
 def _peak_beyond(fn, out_bytes: int) -> float:
-    """Peak resident growth while ``fn()`` runs, beyond the ``out_bytes`` of its result (VmHWM reset)."""
+    """Peak resident growth while ``fn()`` runs, beyond the ``out_bytes`` of its result (VmHWM reset).
+    Raises OSError where VmHWM cannot be reset."""
     fn()  # first call: lazy initialisation, code pages
     extras = []
     for _ in range(2):
-        before = _status_bytes("VmRSS")
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
+        before = rss_bytes()
+        if not reset_peak():
+            raise OSError("VmHWM cannot be reset (/proc/self/clear_refs)")
         result = fn()
-        extras.append(_status_bytes("VmHWM") - before - out_bytes)
+        extras.append(peak_bytes() - before - out_bytes)
         del result
     return float(min(extras))
 
@@ -161,7 +145,7 @@ def sparse_transients() -> dict[str, float]:
     (e.g. MKL's int32 copies of the index arrays per call, a dense temporary of the output). Keys:
     ``spmm_fwd_out``, ``spmm_fwd_edge``, ``spmm_bwd_out``, ``spmm_bwd_edge``.
     """
-    import numpy as np
+    import numpy as np  # imported here, after the first-use probes, so their RSS growth does not include them
     from scipy.optimize import nnls
 
     rows, fwd, bwd = [], [], []

@@ -18,18 +18,13 @@ import time
 import torch
 import torch.distributed as dist
 
+from sarlab.memory import tune_malloc
+
 
 def run(rank: int, port: int, sizes: list[int], repeats: int, stream: int, bulk: int = 64 << 20) -> dict | None:
     """Join the 2-rank gloo group and measure; rank 0 returns the results."""
     torch.set_num_threads(1)
-    try:  # the engine's malloc settings (sarlab.memory.tune_malloc): large buffers are fresh pages
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 1 << 17)
-        libc.mallopt(-1, 1 << 17)
-    except OSError:
-        pass
+    tune_malloc(threshold=1 << 17)  # the engine's malloc settings: large buffers are fresh pages
     dist.init_process_group(
         "gloo",
         init_method=f"tcp://127.0.0.1:{port}",

@@ -1,31 +1,37 @@
 """Network and CPU contention for the epoch model: NIC channels, point-to-point messages, all-reduces.
 
-Every worker has a full-duplex NIC: one send channel and one receive channel, each a single server.
-A message from ``src`` to ``dst`` is *matched* once both ends have posted it (the sender its ``isend``,
-the receiver its ``irecv``). Its bytes then stream cut-through: they leave on ``send[src]`` as soon as
-that channel is free, and enter ``recv[dst]`` once the sender has started and that channel is free;
-each channel is held for ``g + bytes / B`` (:class:`simulator.profile.Link`) and the message is
-delivered ``L`` after the receive side ends. The network in between buffers what a busy receiver
-cannot take yet, so a busy receiver never stalls its senders' other messages (NICs are work-conserving).
-Messages that share a channel queue, which is where contention shows (incast in ``oneshot``'s
-all-to-all, overlapping prefetched rounds in ``sar``).
+Every host has a full-duplex NIC: one send channel and one receive channel, each a single server, shared by
+the workers on it for their messages to other hosts; messages between workers of one host go through the
+intra-host link (loopback, shared memory), where every worker has its own pair of channels.
 
-Two implementations of the channels, with the same interface:
+A message from ``src`` to ``dst`` has two ends, the sender's ``isend`` and the receiver's ``irecv``; each end
+joins the queue of its channel (the sender's send channel, the receiver's receive channel) when it is posted,
+so a channel serves its messages first come, first served in the order they were posted there (a worker's in
+its program order). A message goes once both ends are posted and it heads both queues: its bytes stream
+cut-through, leaving the send channel at the later of both ends' post times and the moment that channel is
+free, entering the receive channel once they have started and it is free; each channel is held for
+``g + bytes / B`` (:class:`simulator.profile.Link`) and the message is delivered ``L`` after the receive side
+ends. The network in between buffers what a busy receiver cannot take yet. Messages that share a channel
+queue, which is where contention shows (incast in ``oneshot``'s all-to-all, overlapping prefetched rounds in
+``sar``); on a balanced all-to-all every receiver then takes one message per round, as a transport sharing
+each link fairly among its flows finishes it. This is the booking of the lockstep executor
+(:mod:`simulator.lockstep`), which books every rank's ``r``-th exchange at once; the two agree exactly.
+A NIC shared by several workers (``workers_per_nic > 1``) interleaves their programs, whose orders may
+disagree, so its messages are booked in the order both their ends were posted instead (first come, first
+served, never an idle channel while a posted message waits).
 
-* :class:`Network` (default, ``discipline="reserve"``): each channel is a :class:`Calendar`; a matched
-  message books the earliest idle gap of its send channel at or after both ends' post times, then the
-  earliest gap of its receive channel at or after that. Its delivery time is known when it is matched,
-  so a message costs at most one SimPy event (none when nobody is blocked on it), which keeps a
-  128-worker epoch under a second.
-* :class:`ResourceNetwork` (``discipline="simpy"``): the same servers as ``simpy.Resource`` objects,
-  one process per message; its receive request is made when its sender starts, so a receive channel
-  serves messages first come, first served. Slower; it is the literal reference the fast one is tested
-  against. The two differ only in the order in which messages waiting for one receive channel go.
+Two implementations, with the same interface:
+
+* :class:`Network` (default, ``discipline="reserve"``): the queues above; a message's delivery time is known
+  when it is booked, so it costs at most one SimPy event (none when nobody is blocked on it).
+* :class:`ResourceNetwork` (``discipline="simpy"``): the same servers as ``simpy.Resource`` objects, one
+  process per message from the moment both ends are posted (first come, first served in that order, the
+  receive request made when the sender starts). Slower; the literal reference the fast one is tested against.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from collections import deque
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,68 +113,12 @@ class SharedCores:
         self._reschedule()
 
 
-class Calendar:
-    """The busy times of one NIC channel: disjoint blocks, sorted; touching bookings merge into one block.
-
-    :meth:`book` puts a message in the earliest idle gap at or after its ready time that fits it, so a
-    message never waits behind a later booking it could have gone before (the channel is
-    work-conserving), and the result does not depend on the order in which simultaneous posts are
-    processed. An incast of back-to-back messages stays one block, so a search skips it at once.
-    """
-
-    __slots__ = ("starts", "ends")
-
-    def __init__(self) -> None:
-        self.starts: list[float] = []
-        self.ends: list[float] = []
-
-    def book(self, ready: float, occupancy: float, now: float) -> float:
-        """Book ``occupancy`` seconds at the earliest idle time >= ``ready``; returns the start."""
-        starts, ends = self.starts, self.ends
-        if not ends or ends[-1] <= ready:  # nothing booked after `ready`: the common case
-            if occupancy > 0:
-                if ends and ends[-1] == ready:
-                    ends[-1] = ready + occupancy
-                else:
-                    starts.append(ready)
-                    ends.append(ready + occupancy)
-                if len(ends) > 64:
-                    del starts[:32], ends[:32]
-            return ready
-        if len(ends) > 32:  # forget blocks that are over
-            done = bisect_right(ends, now)
-            if done:
-                del starts[:done], ends[:done]
-        i = bisect_right(ends, ready)  # first block still busy after `ready`
-        t = ready
-        n = len(starts)
-        while i < n and starts[i] < t + occupancy:
-            if ends[i] > t:
-                t = ends[i]
-            i += 1
-        if occupancy <= 0:
-            return t
-        end = t + occupancy
-        if i > 0 and ends[i - 1] == t:  # extends the block before
-            if i < n and starts[i] == end:
-                ends[i - 1] = ends[i]
-                del starts[i], ends[i]
-            else:
-                ends[i - 1] = end
-        elif i < n and starts[i] == end:  # extends the block after
-            starts[i] = t
-        else:
-            starts.insert(i, t)
-            ends.insert(i, end)
-        return t
-
-
 class Message(simpy.Event):
     """A point-to-point message; as an event it fires when the message has been delivered.
 
-    With the reservation network the delivery time ``deliver_at`` is known as soon as the message is
-    matched, and the event is only scheduled if a worker is already blocked on it: a worker that
-    arrives later reads ``deliver_at`` instead of yielding (see ``EpochModel._await``).
+    The delivery time ``deliver_at`` is known as soon as the message is booked on its channels, and the event
+    is only scheduled if a worker is already blocked on it: a worker that arrives later reads ``deliver_at``
+    instead of yielding (:meth:`simulator.clock.WorkerClocks.wait`).
 
     Args:
         env: the SimPy environment.
@@ -179,9 +129,10 @@ class Message(simpy.Event):
     """
 
     ready_at = 0.0  # both ends have really posted it (a worker may post ahead of the simulation clock)
+    ends = 0  # ends posted (both: 2)
     start = -1.0  # bytes start leaving the sender
     end = -1.0  # bytes have entered the receiver
-    deliver_at = -1.0  # delivered (known once matched; -1 before)
+    deliver_at = -1.0  # delivered (known once booked; -1 before)
 
     def __init__(self, env: simpy.Environment, src: int, dst: int, nbytes: float, posted_by: int, key: Any) -> None:
         # inlined simpy.Event.__init__ (as simpy.Timeout does): this runs once per message
@@ -207,13 +158,14 @@ class _Collective:
 
 @dataclass
 class Network:
-    """Point-to-point messages and all-reduces between ``workers`` workers placed on hosts (reservation).
+    """Point-to-point messages and all-reduces between ``workers`` workers placed on hosts (queues per channel).
 
     Args:
         env: the SimPy environment.
         workers: number of workers ``N``.
         inter_host: link between hosts; intra_host: link inside a host.
-        workers_per_host: placement (worker ``p`` sits on host ``p // workers_per_host``).
+        workers_per_nic: placement on NICs (worker ``p`` sends through NIC ``p // workers_per_nic``; workers of
+            one NIC talk over the intra-host link).
         trace: keep every message (for the Gantt chart).
     """
 
@@ -221,73 +173,109 @@ class Network:
     workers: int
     inter_host: Link
     intra_host: Link
-    workers_per_host: int
+    workers_per_nic: int
     trace: bool = False
     transfers: list[Message] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.matched = 0
         self._pending: dict[Any, Message] = {}
+        self._queues: dict[Any, deque[Message]] = {}  # per channel: messages posted there, not yet booked
+        self._free: dict[Any, float] = {}  # per channel: when it has sent what was booked on it
         self._collectives: dict[Any, _Collective] = {}
-        self.hosts = -(-self.workers // self.workers_per_host)
+        self.hosts = -(-self.workers // self.workers_per_nic)
         # All-reduces cross hosts whenever there is more than one host.
         self.collective_link = self.inter_host if self.hosts > 1 else self.intra_host
-        self._setup_channels()
-
-    def _setup_channels(self) -> None:
-        # per channel: booked busy blocks, sorted and disjoint (so their ends are sorted too)
-        self.send_cal = [Calendar() for _ in range(self.workers)]
-        self.recv_cal = [Calendar() for _ in range(self.workers)]
 
     def link(self, src: int, dst: int) -> Link:
         """The link a message from ``src`` to ``dst`` uses."""
-        same = src // self.workers_per_host == dst // self.workers_per_host
+        same = src // self.workers_per_nic == dst // self.workers_per_nic
         return self.intra_host if same else self.inter_host
+
+    def channels(self, src: int, dst: int) -> tuple[Link, Any, Any]:
+        """The link of a message from ``src`` to ``dst`` and the keys of its send and receive channels."""
+        hs, hd = src // self.workers_per_nic, dst // self.workers_per_nic
+        if hs == hd:
+            return self.intra_host, ("worker send", src), ("worker recv", dst)
+        return self.inter_host, ("nic send", hs), ("nic recv", hd)
+
+    def _end(self, key: Any, src: int, dst: int, nbytes: float, by: int, not_before: float) -> Message:
+        """The message ``key`` with one more end posted (checked against the first end)."""
+        msg = self._pending.pop(key, None)
+        if msg is None:
+            msg = Message(self.env, src, dst, nbytes, by, key)
+            self._pending[key] = msg
+        elif msg.posted_by == by or msg.src != src or msg.dst != dst:
+            raise RuntimeError(f"message {key!r} posted twice by worker {by} or with different ends")
+        elif msg.nbytes != nbytes:
+            raise RuntimeError(
+                f"message {key!r}: sender and receiver disagree on its size ({msg.nbytes} vs {nbytes} bytes)"
+            )
+        msg.ends += 1
+        if not_before > msg.ready_at:
+            msg.ready_at = not_before
+        if msg.ends == 2:
+            self.matched += 1
+        return msg
 
     def post(self, key: Any, src: int, dst: int, nbytes: float, by: int, not_before: float = 0.0) -> Message:
         """Post one end of the message ``key`` (``by`` is ``src`` or ``dst``); returns the message.
 
         ``not_before``: the time this end really posts it when the worker's clock is ahead of the
-        simulation's (a wait and the compute after it are booked as one timeout). The message is matched
-        when the second end is posted and starts once both ends' times are reached and its channels allow.
+        simulation's (a wait and the compute after it are booked as one timeout). The message is booked once
+        both ends are posted and it heads the queues of both its channels (the module docstring).
         """
-        pending = self._pending.pop(key, None)
-        if pending is None:
-            msg = Message(self.env, src, dst, nbytes, by, key)
-            if not_before:
-                msg.ready_at = not_before
-            self._pending[key] = msg
+        msg = self._end(key, src, dst, nbytes, by, not_before)
+        link, send_key, recv_key = self.channels(src, dst)
+        if self.workers_per_nic > 1 and send_key[0] == "nic send":  # a NIC shared by several workers
+            if msg.ends == 2:
+                self._book(msg, link, send_key, recv_key)
             return msg
-        if pending.posted_by == by or pending.src != src or pending.dst != dst:
-            raise RuntimeError(f"message {key!r} posted twice by worker {by} or with different ends")
-        if pending.nbytes != nbytes:
-            raise RuntimeError(
-                f"message {key!r}: sender and receiver disagree on its size ({pending.nbytes} vs {nbytes} bytes)"
-            )
-        if not_before > pending.ready_at:
-            pending.ready_at = not_before
-        self.matched += 1
-        self._start(pending)
-        return pending
+        channel = send_key if by == src else recv_key
+        queue = self._queues.get(channel)
+        if queue is None:
+            queue = self._queues[channel] = deque()
+        queue.append(msg)
+        self._drain(channel)
+        return msg
 
-    def _start(self, msg: Message) -> None:
-        now = self.env.now
-        s, d = msg.src, msg.dst
-        wph = self.workers_per_host
-        link = self.intra_host if s // wph == d // wph else self.inter_host
+    def _book(self, msg: Message, link: Link, send_key: Any, recv_key: Any) -> None:
+        """Book ``msg`` after whatever its channels have booked so far (cut-through, see the module docstring)."""
+        free = self._free
         occupancy = link.gap_s + msg.nbytes / link.bandwidth_Bps
-        sent = self.send_cal[s].book(max(now, msg.ready_at), occupancy, now)
-        received = self.recv_cal[d].book(sent, occupancy, now)
-        msg.start, msg.end = sent, received + occupancy
+        start = max(msg.ready_at, free.get(send_key, 0.0))
+        received = max(start, free.get(recv_key, 0.0))
+        free[send_key] = start + occupancy
+        free[recv_key] = received + occupancy
+        msg.start, msg.end = start, received + occupancy
         msg.deliver_at = msg.end + link.latency_s
         if self.trace:
             self.transfers.append(msg)
         if msg.callbacks:  # someone is blocked on it; everyone else reads deliver_at
-            msg.deliver_after(msg.deliver_at - now)
+            msg.deliver_after(max(msg.deliver_at - self.env.now, 0.0))
 
-    def allreduce(self, key: Any, nbytes: float, at: float = 0.0) -> simpy.Event:
-        """Join the all-reduce ``key`` at time ``at``; the event fires a ring all-reduce's time after the
-        last worker joined."""
+    def _drain(self, channel: Any) -> None:
+        """Book the messages at the head of ``channel``'s queue that head their other channel's queue too."""
+        todo = [channel]
+        queues = self._queues
+        while todo:
+            queue = queues.get(todo.pop())
+            while queue:
+                msg = queue[0]
+                if msg.ends < 2:
+                    break
+                link, send_key, recv_key = self.channels(msg.src, msg.dst)
+                sq, rq = queues[send_key], queues[recv_key]
+                if sq[0] is not msg or rq[0] is not msg:
+                    break
+                sq.popleft()
+                rq.popleft()
+                self._book(msg, link, send_key, recv_key)
+                todo.append(recv_key if queue is sq else send_key)
+
+    def allreduce(self, key: Any, nbytes: float, at: float = 0.0, duration: float | None = None) -> simpy.Event:
+        """Join the all-reduce ``key`` at time ``at``; the event fires a ring all-reduce's time (or
+        ``duration``) after the last worker joined."""
         c = self._collectives.get(key)
         if c is None:
             c = _Collective(0, Message(self.env, -1, -1, nbytes, -1, key), nbytes)
@@ -296,39 +284,53 @@ class Network:
         c.latest = max(c.latest, at, self.env.now)
         if c.arrived == self.workers:
             del self._collectives[key]
-            duration = allreduce_seconds(self.collective_link, c.nbytes, self.workers)
+            if duration is None:
+                duration = allreduce_seconds(self.collective_link, c.nbytes, self.workers)
             c.done.deliver_at = c.latest + duration
             c.done.deliver_after(c.done.deliver_at - self.env.now)
         return c.done
 
     def unmatched(self) -> list[Any]:
-        """Keys of messages posted by one end only (a schedule bug if any remain after the epoch)."""
-        return list(self._pending) + list(self._collectives)
+        """Keys of messages posted by one end only or never booked (a schedule bug if any remain after the
+        epoch)."""
+        queued = [m.key for q in self._queues.values() for m in q]
+        return list(self._pending) + list(self._collectives) + queued
 
 
 class ResourceNetwork(Network):
-    """:class:`Network` with the NIC channels as ``simpy.Resource`` objects (FIFO in request order)."""
+    """:class:`Network` with the NIC channels as ``simpy.Resource`` objects: a message requests its send
+    channel once both ends are posted, its receive channel once it starts (first come, first served)."""
 
-    def _setup_channels(self) -> None:
-        self.send_res = [simpy.Resource(self.env, capacity=1) for _ in range(self.workers)]
-        self.recv_res = [simpy.Resource(self.env, capacity=1) for _ in range(self.workers)]
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._resources: dict[Any, simpy.Resource] = {}
 
-    def _start(self, msg: Message) -> None:
-        self.env.process(self._transfer(msg))
+    def _resource(self, channel: Any) -> simpy.Resource:
+        res = self._resources.get(channel)
+        if res is None:
+            res = self._resources[channel] = simpy.Resource(self.env, capacity=1)
+        return res
+
+    def post(self, key: Any, src: int, dst: int, nbytes: float, by: int, not_before: float = 0.0) -> Message:
+        msg = self._end(key, src, dst, nbytes, by, not_before)
+        if msg.ends == 2:
+            self.env.process(self._transfer(msg))
+        return msg
 
     def _transfer(self, msg: Message) -> Generator[simpy.Event, Any, None]:
-        link = self.link(msg.src, msg.dst)
+        link, send_key, recv_key = self.channels(msg.src, msg.dst)
         occupancy = link.occupancy(msg.nbytes)
         if msg.ready_at > self.env.now:
             yield self.env.timeout(msg.ready_at - self.env.now)
-        with self.send_res[msg.src].request() as send:
+        with self._resource(send_key).request() as send:
             yield send
             msg.start = self.env.now
-            self.env.process(self._receive(msg, link, occupancy))
+            self.env.process(self._receive(msg, link, occupancy, self._resource(recv_key)))
             yield self.env.timeout(occupancy)
 
-    def _receive(self, msg: Message, link: Link, occupancy: float) -> Generator[simpy.Event, Any, None]:
-        with self.recv_res[msg.dst].request() as recv:
+    def _receive(self, msg: Message, link: Link, occupancy: float,
+                 recv_res: simpy.Resource) -> Generator[simpy.Event, Any, None]:
+        with recv_res.request() as recv:
             yield recv
             yield self.env.timeout(occupancy)
             msg.end = self.env.now

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.epoch import EpochResult
+from simulator.result import EpochResult
 
 COLORS = {"compute": "#4C72B0", "wait": "#DD8452", "allreduce": "#8172B3", "send": "#55A868"}
 
@@ -104,7 +104,7 @@ def scaling_plot(summary: pd.DataFrame, path: str | Path, title: str = "") -> Pa
         d = d.sort_values("workers")
         kw = {"color": colors[label], "label": f"{label} {mode}"}
         axes[0].plot(d.workers, d.epoch_time_s, styles.get(mode, "x-"), **kw)
-        axes[1].plot(d.workers, d.peak_above_baseline_bytes / 2**20, styles.get(mode, "x-"), **kw)
+        axes[1].plot(d.workers, d.peak_mem_above_baseline_bytes / 2**20, styles.get(mode, "x-"), **kw)
     for ax, ylabel in zip(axes, ("epoch time (s)", "peak MiB per worker above baseline"), strict=True):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")

@@ -1,13 +1,14 @@
 """Hardware profiles: per-op compute throughputs, network alpha-beta parameters, host layout.
 
 A profile is what `sarlab calibrate` measures on one machine (or what a preset assumes for a machine we
-cannot run on). The cost model (:mod:`simulator.costs`) turns it into seconds per operation.
+cannot run on); the calibrated profiles that ship with the simulator are in ``simulator/profiles/``
+(:mod:`simulator.provenance`). The cost model (:mod:`simulator.costs`) turns a profile into seconds per
+operation.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -143,7 +144,16 @@ class Profile:
         intra_host: link between workers on the same host (loopback / shared memory).
         cores_per_host: physical cores of one host.
         workers_per_host: default placement (``0`` = all workers on one host).
-        p2p_call_s: CPU time of posting one exchange (building and launching the isend/irecv pair).
+        p2p_call_s: CPU time of one exchange call besides its ops (``dist.batch_isend_irecv``'s fixed part; in
+            profiles without ``p2p_op_s``, the whole call of one isend/irecv pair).
+        p2p_op_s: CPU time of posting one message op (one ``isend`` or ``irecv``) within an exchange call: a
+            ring round posts 2, ``oneshot`` ``2 (N-1)`` (:func:`simulator.fitting.fit_message_costs`).
+        p2p_wait_s: CPU time of waiting for one posted op (``work.wait()``), beyond the time blocked.
+        p2p_msg_cpu_s: background CPU seconds per message op (gloo's threads), charged to the host's shared
+            cores like ``p2p_cpu_s_per_byte`` (0 = none).
+        round_jitter_s: mean of a random delay (exponential) each exchange call suffers before it posts (OS
+            noise, interrupts, Python's garbage collector); a ring round then ends with the slowest of its
+            pairs' delays. 0 = none. Drawn from a fixed seed, so a prediction is repeatable.
         p2p_cpu_s_per_byte: CPU seconds a worker's process spends per byte it sends or receives (loopback
             copies in the communication threads); charged to its host's shared cores when co-located
             workers share them (0 = the NIC moves the bytes).
@@ -161,19 +171,13 @@ class Profile:
         mem_per_host_bytes: memory of one host (for "does it fit" reports; 0 = unknown).
         dtype_slowdown: compute-time multiplier per dtype relative to float32.
         compute_scale: multiplier of every compute cost, fitted by ``sarlab calibrate`` from short epochs of
-            the real engine on a calibration graph (:func:`simulator.calibrate.bench_engine`): what the
-            microbenchmarks miss in a whole epoch (first-touch faults of GBs of fresh tensors under memory
-            pressure, small ops they do not price). 1.0 = microbenchmarks alone (presets).
+            the real engine (:func:`simulator.engine_runs.bench_engine`): what the microbenchmarks miss in a
+            whole epoch (first-touch faults of GBs of fresh tensors under memory pressure, small ops they do
+            not price). 1.0 = microbenchmarks alone (presets).
         compute_scale_curve: ``((bytes, scale), ...)`` by increasing ``bytes``: the same ratio measured at
             several graph sizes, keyed by :attr:`compute_scale_key` (:meth:`scale_at`; ``sarlab calibrate``
-            stores the two ends of a power law, :func:`simulator.calibrate.fit_scale_curve`). Calibrated on
-            2-thread engine epochs it rose with size (EPYC VM: 0.96 at 13 MB to 1.65 at 205 MB of
-            activations, then 1.02-1.03 at 97 MB to 1.30-1.45 at 2 GB of peak); on 1-thread epochs, as
-            calibrated now, it came out flat (0.98 to 0.97). Empty = ``compute_scale`` everywhere.
-        compute_scale_key: what the curve's bytes are: ``"activation"``, a worker's mean activation (local
-            nodes x widest layer x element size), or ``"peak"``, the largest per-worker peak memory the
-            simulator predicts for the configuration with ``compute_scale`` 1 (one extra simulation per
-            configuration; it also sees the per-edge tensors that unfused GAT in ``sa``/``oneshot`` keeps).
+            stores the two ends of a power law, :func:`simulator.fitting.fit_scale_curve`). Empty =
+            ``compute_scale`` everywhere.
         notes: free-text provenance (how each number was obtained or assumed).
         meta: machine description, date, torch version.
     """
@@ -185,6 +189,10 @@ class Profile:
     cores_per_host: int
     workers_per_host: int = 0
     p2p_call_s: float = 0.0
+    p2p_op_s: float = 0.0
+    p2p_wait_s: float = 0.0
+    p2p_msg_cpu_s: float = 0.0
+    round_jitter_s: float = 0.0
     p2p_cpu_s_per_byte: float = 0.0
     mem_overhead_factor: float = 1.0
     first_use_bytes: dict[str, float] = field(default_factory=dict)
@@ -206,6 +214,8 @@ class Profile:
             raise ValueError(f"profile {self.name!r} lacks op costs for {missing}; re-run `sarlab calibrate`")
         if self.cores_per_host < 1 or self.workers_per_host < 0:
             raise ValueError("cores_per_host must be >= 1 and workers_per_host >= 0")
+        if min(self.p2p_call_s, self.p2p_op_s, self.p2p_wait_s, self.p2p_msg_cpu_s, self.round_jitter_s) < 0:
+            raise ValueError("message costs (p2p_*) and round_jitter_s must be >= 0")
         if self.compute_scale_key not in SCALE_KEYS:
             raise ValueError(f"compute_scale_key must be one of {SCALE_KEYS}, got {self.compute_scale_key!r}")
 
@@ -234,8 +244,8 @@ class Profile:
         """A copy with both links' bandwidth multiplied by ``factor`` (for sensitivity sweeps)."""
         return replace(
             self,
-            inter_host=Link(self.inter_host.latency_s, self.inter_host.bandwidth_Bps * factor),
-            intra_host=Link(self.intra_host.latency_s, self.intra_host.bandwidth_Bps * factor),
+            inter_host=replace(self.inter_host, bandwidth_Bps=self.inter_host.bandwidth_Bps * factor),
+            intra_host=replace(self.intra_host, bandwidth_Bps=self.intra_host.bandwidth_Bps * factor),
         )
 
     # ----------------------------------------------------------------------------------- JSON
@@ -265,6 +275,10 @@ class Profile:
             "cores_per_host": int(d["cores_per_host"]),
             "workers_per_host": int(d.get("workers_per_host", 0)),
             "p2p_call_s": float(d.get("p2p_call_s", 0.0)),
+            "p2p_op_s": float(d.get("p2p_op_s", 0.0)),
+            "p2p_wait_s": float(d.get("p2p_wait_s", 0.0)),
+            "p2p_msg_cpu_s": float(d.get("p2p_msg_cpu_s", 0.0)),
+            "round_jitter_s": float(d.get("round_jitter_s", 0.0)),
             "p2p_cpu_s_per_byte": float(d.get("p2p_cpu_s_per_byte", 0.0)),
             "mem_overhead_factor": float(d.get("mem_overhead_factor", 1.0)),
             "first_use_bytes": {k: float(v) for k, v in d.get("first_use_bytes", {}).items()},
@@ -307,6 +321,10 @@ def load_profile(spec: str | Path) -> Profile:
 
 
 # --------------------------------------------------------------------------------------- presets
+#: software cost of gloo exchanges, measured here (simulator.commbench on 2, 4 and 8 ranks, 256-byte messages,
+#: main-thread CPU time, AMD EPYC VM 2026-11-23 under a 1-min load of 9-14 on 2 cores; fit_message_costs):
+#: what the presets assume for torch.distributed's Python path on any machine
+MEASURED_MESSAGE_COSTS = {"p2p_call_s": 28e-6, "p2p_op_s": 17e-6, "p2p_wait_s": 4e-6}
 def icelake_hdr200() -> Profile:
     """The SAR paper's cluster: 2-socket Intel Icelake nodes, 256 GB each, HDR InfiniBand 200 Gb/s.
 
@@ -380,6 +398,14 @@ def icelake_hdr200() -> Profile:
         "each shard also rewrites its n x w state at 12 B per row*feature.",
         "network: HDR InfiniBand 200 Gb/s = 25 GB/s per direction, 80% effective; 5 us per message.",
         "one worker per node, all 72 cores as threads; 256 GB per node.",
+        "message software (measured, not assumed): an exchange call 28 us + 17 us per op posted + 4 us per op "
+        "waited: torch.distributed's Python path over gloo timed by simulator.commbench on 2-8 ranks (AMD EPYC "
+        "VM, 2026-11-23, main-thread CPU time; the same code runs on a cluster node whatever the transport).",
+        "per-round jitter (assumed, order of magnitude): exponential delays of mean 20 us per exchange call. OS "
+        "noise costs 0.5-2.5 % of run time on ASCI Q with detours up to ms (Petrini et al., SC 2003); 0.31 % "
+        "daemon activity slowed an IBM SP's 4096-way allreduce from 710 us to 3 ms (Jones et al., SC 2003); a "
+        "1 kHz timer tick costs microseconds per tick (Tsafrir et al., ICS 2005). The sensitivity sweep "
+        "(results/simulator_sensitivity.md) varies it from 0 to 1 ms.",
     )
     return Profile(
         name="icelake-hdr200",
@@ -388,7 +414,10 @@ def icelake_hdr200() -> Profile:
         intra_host=Link(latency_s=1e-6, bandwidth_Bps=20e9),
         cores_per_host=cores,
         workers_per_host=1,
-        p2p_call_s=10e-6,
+        p2p_call_s=MEASURED_MESSAGE_COSTS["p2p_call_s"],
+        p2p_op_s=MEASURED_MESSAGE_COSTS["p2p_op_s"],
+        p2p_wait_s=MEASURED_MESSAGE_COSTS["p2p_wait_s"],
+        round_jitter_s=20e-6,
         mem_overhead_factor=1.0,
         mem_per_host_bytes=256 * 2**30,
         notes=notes,
@@ -423,8 +452,3 @@ def reference_laptop() -> Profile:
 
 
 PRESETS = {"icelake-hdr200": icelake_hdr200, "reference-laptop": reference_laptop}
-
-
-def finite_or(value: float, default: float) -> float:
-    """``value`` if it is a finite number, else ``default`` (for fits that failed)."""
-    return value if isinstance(value, (int, float)) and math.isfinite(value) else default

@@ -4,7 +4,7 @@ Each op family's representative op (shapes whose working set exceeds a core's pr
 loop for ``--seconds`` inside a time window that starts at ``--start-at`` (a ``time.time()`` value, so that
 several processes launched together run the same family at the same time); the process prints one JSON
 line: calls per CPU second of the process per family (so a third process time-slicing the cores does not
-count, only the interference of the co-running copies). :func:`simulator.calibrate.bench_share` runs it
+count, only the interference of the co-running copies). :func:`simulator.hostbench.bench_share` runs it
 alone and as ``C`` concurrent copies; the ratio of the rates gives each family's ``share_eff``.
 """
 
@@ -18,32 +18,23 @@ from collections.abc import Callable
 
 import torch
 
+from sarlab.memory import tune_malloc
+from simulator.opbench import random_csr
+
 GAP_S = 0.4  # between two families' windows: the last call of a window may run past its end
-
-
-def _random_csr(n: int, deg: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    col = torch.randint(0, n, (n * deg,), generator=gen).view(n, deg).sort(dim=1).values.reshape(-1)
-    return torch.arange(0, n * deg + 1, deg, dtype=torch.long), col
 
 
 def build_ops(quick: bool = False) -> dict[str, Callable[[], object]]:
     """One representative op per family (one thread), keyed like :data:`simulator.profile.OP_UNITS`."""
     torch.set_num_threads(1)
-    try:  # the engine's malloc settings: large outputs are fresh pages, as in its workers
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 1 << 17)
-        libc.mallopt(-1, 1 << 17)
-    except OSError:
-        pass
+    tune_malloc(threshold=1 << 17)  # the engine's malloc settings: large outputs are fresh pages
     gen = torch.Generator().manual_seed(0)
     scale = 4 if quick else 1
     ops: dict[str, Callable[[], object]] = {}
     a, w = torch.randn(8000 // scale, 256), torch.randn(256, 256)
     ops["gemm"] = lambda: a @ w
     n, deg, f = 100_000 // scale, 8, 64
-    rowptr, col = _random_csr(n, deg, gen)
+    rowptr, col = random_csr(n, n, deg, gen)
     x, state = torch.randn(n, f), torch.zeros(n, f)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -58,7 +49,7 @@ def build_ops(quick: bool = False) -> dict[str, Callable[[], object]]:
     ops["max_aggr"] = max_aggr
     heads, ch = 4, 32
     ng = n // 4
-    g_rowptr, g_col = _random_csr(ng, deg, gen)
+    g_rowptr, g_col = random_csr(ng, ng, deg, gen)
     g_dst = torch.repeat_interleave(torch.arange(ng), deg)
     z, s_src, s_dst = torch.randn(ng, heads, ch), torch.randn(ng, heads), torch.randn(ng, heads)
 
@@ -68,7 +59,7 @@ def build_ops(quick: bool = False) -> dict[str, Callable[[], object]]:
         return torch.zeros(ng, heads, ch).index_add(0, g_dst, p.unsqueeze(-1) * z[g_col])
 
     ops["gat_autograd"] = gat_autograd
-    try:
+    try:  # imported here, not at module import: loading kernels may build its C++ extension
         import kernels
 
         ops["gat_unfused"] = lambda: kernels.gat_forward_shard(g_rowptr, g_col, s_dst, s_src, z, 0.2, backend="torch")

@@ -12,74 +12,20 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from simulator.epoch import EpochResult, RunSpec, simulate_epoch
-from simulator.layers import MODES, ModelSpec
+from sarlab.records import RECORD_COLUMNS, summarize
+from simulator.epoch import simulate_epoch
+from simulator.linkprofile import LinkProfile, for_network
+from simulator.model import ModelSpec
 from simulator.profile import Profile
+from simulator.result import EpochResult
+from simulator.runspec import MODES, RunSpec
 from simulator.workload import PartitionStats, resolve_workload
 
-METRIC_COLUMNS = (
-    "mode",
-    "model",
-    "workers",
-    "rank",
-    "epoch",
-    "epoch_time_s",
-    "compute_s",
-    "comm_wait_s",
-    "bytes_sent",
-    "bytes_recv",
-    "peak_mem_bytes",
-    "baseline_mem_bytes",
-    "loss",
-    "train_acc",
-    "val_acc",
-    "test_acc",
-)
-CONFIG_COLUMNS = (
-    "graph",
-    "partition_dir",
-    "num_nodes",
-    "num_edges",
-    "feature_dim",
-    "num_classes",
-    "layers",
-    "hidden",
-    "heads",
-    "aggr",
-    "fused",
-    "prefetch",
-    "dtype",
-    "batchnorm",
-    "dropout",
-    "threads",
-)
-RECORD_COLUMNS = METRIC_COLUMNS + CONFIG_COLUMNS
-
-
-def parse_model(label: str, base: ModelSpec) -> ModelSpec:
-    """A :class:`ModelSpec` from a label (``gcn``, ``sage``, ``sage-max``, ``gat``, ``gat-fused``...).
-
-    Fields the label does not name come from ``base``.
-    """
-    name, _, variant = label.strip().lower().partition("-")
-    fields = {
-        k: getattr(base, k) for k in ("layers", "hidden", "heads", "aggr", "fused", "batchnorm", "dropout", "dtype")
-    }
-    if name == "sage" and variant:
-        fields["aggr"] = variant
-    elif name == "gat" and variant:
-        if variant not in ("fused", "unfused"):
-            raise ValueError(f"unknown GAT variant {variant!r} in {label!r}: use gat-fused or gat-unfused")
-        fields["fused"] = variant == "fused"
-    elif variant:
-        raise ValueError(f"model label {label!r}: only sage-<aggr> and gat-fused/gat-unfused take a suffix")
-    return ModelSpec(model=name, **fields)
-
-
-def split_list(text: str | Iterable[str]) -> list[str]:
-    """``"a,b, c"`` -> ``["a", "b", "c"]`` (lists pass through)."""
-    items = text.split(",") if isinstance(text, str) else list(text)
-    return [s.strip() for s in items if str(s).strip()]
+#: the configuration columns a sweep varies: one summary row per combination (:func:`summarize_sweep`)
+SWEEP_KEYS = ("graph", "model", "aggr", "fused", "heads", "mode", "workers", "prefetch")
+#: the :func:`sarlab.records.summarize` columns that one simulated epoch per rank gives a meaning to
+SUMMARY_COLUMNS = ("epoch_time_s", "compute_mean_s", "comm_wait_mean_s", "bytes_sent_per_worker",
+                   "peak_mem_above_baseline_bytes")
 
 
 def result_frame(
@@ -89,6 +35,7 @@ def result_frame(
     run: RunSpec,
     partition_dir: str = "",
     epoch: int = 1,
+    net: str = "loopback",
 ) -> pd.DataFrame:
     """One metric record per rank for a simulated epoch (``peak_mem_bytes`` = baseline + predicted peak)."""
     n = result.workers
@@ -126,11 +73,12 @@ def result_frame(
         "batchnorm": [model.batchnorm] * n,
         "dropout": [model.dropout] * n,
         "threads": [result.placement.threads] * n,
+        "net": [net] * n,
     }
     return pd.DataFrame(rows, columns=list(RECORD_COLUMNS))
 
 
-@dataclass
+@dataclass(frozen=True)
 class SweepItem:
     """One simulated configuration of a sweep."""
 
@@ -166,6 +114,8 @@ def simulate_sweep(
     trace: bool = False,
     network: str = "reserve",
     progress: Callable[[str], None] | None = None,
+    net: str = "loopback",
+    links: list[LinkProfile] | None = None,
 ) -> tuple[pd.DataFrame, list[SweepItem]]:
     """Simulate every (mode, model, workers) combination; returns per-rank records and the raw results.
 
@@ -180,6 +130,8 @@ def simulate_sweep(
         edge_cut: edge-cut fraction for presets/estimates (``None`` = random partition).
         trace: keep Gantt/memory traces in the results.
         progress: called with one line per configuration.
+        net, links: the network spec (``loopback`` or ``veth:rate=R[,hosts=H]``) and the link profiles that
+            price it (:func:`simulator.linkprofile.for_network`).
     """
     modes, models, workers = list(modes), list(models), [int(w) for w in workers]
     bad = [m for m in modes if m not in MODES]
@@ -190,6 +142,7 @@ def simulate_sweep(
     done = 0
     for n in workers:
         stats, partition_dir = workload_for(workload, n, edge_cut)
+        prof, per_nic = for_network(profile, links or [], net, n)
         for model in models:
             for mode in modes:
                 run = RunSpec(
@@ -199,10 +152,11 @@ def simulate_sweep(
                     workers_per_host=workers_per_host,
                     trace=trace,
                     network=network,
+                    workers_per_nic=per_nic,
                 )
-                result = simulate_epoch(stats, model, run, profile)
+                result = simulate_epoch(stats, model, run, prof)
                 items.append(SweepItem(mode, model, n, stats, run, result))
-                frames.append(result_frame(result, stats, model, run, partition_dir))
+                frames.append(result_frame(result, stats, model, run, partition_dir, net=net))
                 done += 1
                 if progress is not None:
                     progress(
@@ -214,15 +168,10 @@ def simulate_sweep(
     return pd.concat(frames, ignore_index=True), items
 
 
-def summarize(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration: slowest rank's epoch time, mean compute/wait, max peak above baseline."""
-    keys = [c for c in ("graph", "model", "aggr", "fused", "heads", "mode", "workers", "prefetch") if c in df]
-    g = df.assign(peak_above=df.peak_mem_bytes - df.baseline_mem_bytes).groupby(keys, sort=False)
-    out = g.agg(
-        epoch_time_s=("epoch_time_s", "max"),
-        compute_s=("compute_s", "mean"),
-        comm_wait_s=("comm_wait_s", "mean"),
-        bytes_sent=("bytes_sent", "mean"),
-        peak_above_baseline_bytes=("peak_above", "max"),
-    ).reset_index()
-    return out
+def summarize_sweep(records: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration of a sweep: :func:`sarlab.records.summarize` over :data:`SWEEP_KEYS`, its
+    :data:`SUMMARY_COLUMNS` (slowest rank's epoch time; mean compute, wait and bytes sent over ranks;
+    largest peak above the baseline)."""
+    summary = summarize(records, keys=SWEEP_KEYS)
+    keys = [k for k in SWEEP_KEYS if k in summary.columns]
+    return summary[[*keys, *SUMMARY_COLUMNS]]

@@ -18,6 +18,11 @@ least one of its ``n_p`` possible edges into ``p`` exists:
 This is exact in expectation for a random bipartite graph between the two parts and an upper bound for
 real graphs, whose skewed degrees and locality repeat sources more often. A random partition has
 ``phi = (P-1)/P``; METIS on a mesh-like graph has a much smaller ``phi`` (pass it when known).
+
+That uniform split gives every pair and every part the same load, so a ring round, which ends with its slowest
+pair, costs what an average pair costs. ``law="metis"`` draws the pairs and the parts' local edges instead from
+what METIS did to power-law graphs at increasing part counts (:mod:`simulator.pairlaw`): how the edge cut and
+the spread of pair sizes grow with ``P``. The OGB presets use it.
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
+from simulator.pairlaw import draw_partition
+
+#: how an estimate spreads the cut edges: evenly over pairs, or drawn from the METIS study (:mod:`simulator.pairlaw`)
+LAWS = ("uniform", "metis")
 
 @dataclass(frozen=True)
 class PartitionStats:
@@ -155,6 +164,8 @@ def estimate_partition(
     edge_cut: float | None = None,
     train_nodes: int = 0,
     graph: str = "estimate",
+    law: str = "uniform",
+    seed: int = 0,
 ) -> PartitionStats:
     """Partition statistics of an equal-size partition estimated from totals (see the module docstring).
 
@@ -167,7 +178,12 @@ def estimate_partition(
         edge_cut: fraction ``phi`` of edges crossing parts; ``None`` = random partition, ``(P-1)/P``.
         train_nodes: training nodes (whole graph).
         graph: name.
+        law: :data:`LAWS`: ``uniform`` (the formula above) or ``metis`` (:func:`simulator.pairlaw.draw_partition`;
+            ``edge_cut=None`` then means the law's METIS cut, not a random partition).
+        seed: the ``metis`` law's draw.
     """
+    if law not in LAWS:
+        raise ValueError(f"law must be one of {LAWS}, got {law!r}")
     if num_parts < 1 or num_nodes < num_parts:
         raise ValueError(f"need 1 <= num_parts <= num_nodes, got num_parts={num_parts}, num_nodes={num_nodes}")
     phi = (num_parts - 1) / num_parts if edge_cut is None else float(edge_cut)
@@ -175,6 +191,14 @@ def estimate_partition(
         raise ValueError(f"edge_cut must be in [0, 1], got {phi}")
     if num_parts == 1:
         phi = 0.0
+    if law == "metis":
+        nodes, edges, halo, what = draw_partition(num_nodes, num_edges, num_parts, edge_cut, seed)
+        return PartitionStats(
+            graph=graph, num_nodes=int(num_nodes), num_edges=int(num_edges), feature_dim=int(feature_dim),
+            num_classes=int(num_classes), train_nodes=int(train_nodes), nodes_per_part=nodes,
+            edges_per_shard=edges, halo_rows=halo,
+            source=f"estimate:nodes={num_nodes},edges={num_edges},parts={num_parts},{what}", method=what,
+        )  # fmt: skip
     nodes = even_split(num_nodes, num_parts)
     local = (1.0 - phi) * num_edges / num_parts
     cross = phi * num_edges / (num_parts * (num_parts - 1)) if num_parts > 1 else 0.0
@@ -220,8 +244,8 @@ class GraphPreset:
     train_nodes: int
     note: str = ""
 
-    def estimate(self, num_parts: int, edge_cut: float | None = None) -> PartitionStats:
-        """:func:`estimate_partition` for this graph."""
+    def estimate(self, num_parts: int, edge_cut: float | None = None, law: str = "metis") -> PartitionStats:
+        """:func:`estimate_partition` for this graph (by default with the METIS pair-size law)."""
         return estimate_partition(
             self.num_nodes,
             self.num_edges,
@@ -231,6 +255,7 @@ class GraphPreset:
             edge_cut=edge_cut,
             train_nodes=self.train_nodes,
             graph=self.name,
+            law=law,
         )
 
 
@@ -260,16 +285,17 @@ def resolve_workload(spec: str, num_parts: int, edge_cut: float | None = None) -
     """Partition statistics from a spec string.
 
     Specs: a partition directory (its ``manifest.json``; ``num_parts`` must match), a preset name
-    (``ogbn-products``, ``ogbn-papers100M``), or
-    ``estimate:nodes=N,edges=E,features=F,classes=C[,train=T][,cut=PHI][,name=S]``.
+    (``ogbn-products``, ``ogbn-papers100M``; METIS pair-size law, ``ogbn-products:uniform`` for the even
+    split), or ``estimate:nodes=N,edges=E,features=F,classes=C[,train=T][,cut=PHI][,name=S][,law=metis]``.
 
     Args:
         spec: the workload spec.
         num_parts: ``P`` (number of workers).
         edge_cut: edge-cut fraction for presets and estimates (``None`` = random partition).
     """
-    if spec in GRAPH_PRESETS:
-        return GRAPH_PRESETS[spec].estimate(num_parts, edge_cut)
+    name, _, law = spec.partition(":")
+    if name in GRAPH_PRESETS and law in ("", *LAWS):
+        return GRAPH_PRESETS[name].estimate(num_parts, edge_cut, law or "metis")
     if spec.startswith("estimate:"):
         fields: dict[str, str] = {}
         for item in spec[len("estimate:") :].split(","):
@@ -287,6 +313,7 @@ def resolve_workload(spec: str, num_parts: int, edge_cut: float | None = None) -
                 edge_cut=cut,
                 train_nodes=int(float(fields.get("train", 0))),
                 graph=fields.get("name", "estimate"),
+                law=fields.get("law", "uniform"),
             )
         except KeyError as missing:
             raise ValueError(

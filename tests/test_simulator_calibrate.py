@@ -1,0 +1,175 @@
+"""Tests of the calibration: its fits by hand, the check of implausible thread efficiencies, a quick real
+calibration, the first-use memory probe and the speed probe of `sarlab bench engine`."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from test_simulator_fixtures import hand_profile
+
+import simulator.calibrate as calibrate_module
+import simulator.probe as probe_module
+from real.bench import _Prober
+from simulator.calibration import Findings
+from simulator.cli import calibrate_main, simulate_main
+from simulator.epoch import simulate_epoch
+from simulator.fitting import fit_scale_curve, share_eta, thread_eta
+from simulator.hostbench import bench_first_use
+from simulator.model import ModelSpec
+from simulator.plausibility import implausible_thread_effs
+from simulator.profile import OpCost, icelake_hdr200, load_profile, reference_laptop
+from simulator.provenance import plausibility_warnings, shipped_profiles
+from simulator.runspec import RunSpec
+from simulator.workload import estimate_partition
+
+
+def test_calibrate_quick(tmp_path):
+    """A real quick calibration (accepted whatever its thread efficiencies: a loaded test machine may make
+    them implausible, which other tests cover)."""
+    path = tmp_path / "profile.json"
+    t0 = time.perf_counter()
+    args = ["--quick", "--accept-implausible", "--out", str(path), "--json", str(tmp_path / "c.json")]
+    assert calibrate_main(args) == 0
+    assert time.perf_counter() - t0 < 180  # a hang guard, not a benchmark: ~20 s on an idle machine
+    prof = load_profile(path)
+    for name in ("gemm", "spmm", "max_aggr", "gat_unfused", "elementwise"):
+        assert math.isfinite(prof.ops[name].rate) and prof.ops[name].rate > 0
+    assert prof.intra_host.bandwidth_Bps > 1e6 and prof.intra_host.alpha_s > 0
+    assert prof.cores_per_host >= 1
+    assert prof.meta["implausible"] == implausible_thread_effs(prof.ops, prof.meta["threads_measured"][-1])
+    # fitted from real engine epochs (sarlab train, 1 worker) of GCN and SAGE at two graph sizes: a power law
+    # of sane multipliers of the op costs over the runs' predicted peak memory, that survives the JSON round
+    # trip; its ends are the line numpy fits through the four runs' (log peak, log measured/predicted)
+    assert 0.2 < prof.compute_scale < 20, prof.notes
+    assert prof.compute_scale_key == "peak"
+    runs = prof.meta["raw"]["engine"]["runs"]
+    assert [(r["model"], r["nodes"]) for r in runs] == [("gcn", 1500), ("sage", 1500), ("gcn", 3000), ("sage", 3000)]
+    assert all(r["predicted_peak_bytes"] > r["activation_bytes"] > 0 for r in runs)
+    peaks = np.array([r["predicted_peak_bytes"] for r in runs])
+    ratios = np.array([r["measured_s"] / r["predicted_s"] for r in runs])
+    slope, icept = np.polyfit(np.log(peaks), np.log(ratios), 1)
+    (b0, s0), (b1, s1) = prof.compute_scale_curve
+    assert (b0, b1) == (pytest.approx(peaks.min()), pytest.approx(peaks.max()))
+    assert s0 == pytest.approx(math.exp(icept + slope * math.log(b0)))
+    assert s1 == pytest.approx(math.exp(icept + slope * math.log(b1)))
+    assert b1 > b0 and all(0.2 < s < 20 for s in (s0, s1))
+    assert prof.compute_scale == pytest.approx(math.exp(np.log(ratios).mean()))
+    assert prof.scale_at(b0) == pytest.approx(s0) and prof.scale_at(b1) == pytest.approx(s1)
+    st = estimate_partition(4000, 40000, 2, 16, 4)
+    res = simulate_epoch(st, ModelSpec("gcn", layers=2, hidden=16), RunSpec(mode="sar"), prof)
+    assert 0 < res.epoch_time_s.max() < 60
+
+
+def test_first_use_memory_probe():
+    """The probe runs in a fresh interpreter and reports a non-negative RSS growth per op family."""
+    result, transients = bench_first_use(Findings())
+    assert {"autograd", "spmm", "max_aggr", "gat_unfused"} <= set(result)
+    assert all(v >= 0 for v in result.values())
+    if transients:  # measured where VmHWM can be reset
+        assert set(transients) == {"spmm_fwd_out", "spmm_fwd_edge", "spmm_bwd_out", "spmm_bwd_edge"}
+        assert all(v >= 0 for v in transients.values())
+    prof = replace(hand_profile(), first_use_bytes={"spmm": 1e6, "max_aggr": 5e6, "autograd": 7e6})
+    st = estimate_partition(1000, 10000, 2, 8, 4)
+    plain = simulate_epoch(st, ModelSpec("gcn", layers=2, hidden=8), RunSpec(), hand_profile())
+    probed = simulate_epoch(st, ModelSpec("gcn", layers=2, hidden=8), RunSpec(), prof)
+    assert probed.start_bytes - plain.start_bytes == pytest.approx([8e6, 8e6])  # spmm and autograd
+
+
+def test_share_eta_from_solo_and_co_located_rates():
+    """eta = (C r_C / r_1 - 1) / (C - 1): two copies at the solo rate scale perfectly (1), at half of it
+    not at all (0)."""
+    etas = share_eta({"gemm": 10.0, "spmm": 10.0, "x": 8.0}, [{"gemm": 10.0, "spmm": 5.0, "x": 6.0},
+                                                              {"gemm": 10.0, "spmm": 5.0, "x": 6.0}])  # fmt: skip
+    assert etas == pytest.approx({"gemm": 1.0, "spmm": 0.0, "x": 0.5})
+    with pytest.raises(ValueError):
+        share_eta({"gemm": 1.0}, [{"gemm": 1.0}])
+
+
+def test_thread_eta_from_one_thread_and_all_core_times():
+    """eta = (t_1 / t_C - 1) / (C - 1): a perfect 2-core speedup is 1, none is 0, 4 cores at 2.5x is 0.5."""
+    assert thread_eta(2.0, 1.0, 2) == pytest.approx(1.0)
+    assert thread_eta(1.0, 1.0, 2) == pytest.approx(0.0)
+    assert thread_eta(2.5, 1.0, 4) == pytest.approx(0.5)
+    assert thread_eta(1.0, 1.25, 2) < 0  # unclipped: slower with more threads (the caller clips the median)
+
+
+def test_fit_scale_curve_by_hand():
+    """The power law through the calibration runs: exact through two runs; through a symmetric zig-zag it is
+    the line between the zig-zag's means; one key gives one point at the geometric mean."""
+    ((b0, s0), (b1, s1)) = fit_scale_curve([1e6, 1e8], [1.0, 4.0])
+    assert (b0, b1, s0, s1) == (pytest.approx(1e6), pytest.approx(1e8), pytest.approx(1.0), pytest.approx(4.0))
+    # keys a decade apart (x = 0, 1, 2, 3 decades), log-ratios 0, d, 0, d: the line 0.2 d + 0.2 d x
+    keys = [1e6, 1e7, 1e8, 1e9]
+    ratios = [1.0, 2.0, 1.0, 2.0]
+    ((_, s0), (_, s1)) = fit_scale_curve(keys, ratios)
+    d = math.log(2.0)
+    assert math.log(s0) == pytest.approx(0.2 * d) and math.log(s1) == pytest.approx(0.8 * d)
+    assert fit_scale_curve([5e6, 5e6], [1.0, 4.0]) == ((pytest.approx(5e6), pytest.approx(2.0)),)
+    with pytest.raises(ValueError):
+        fit_scale_curve([], [])
+
+
+def test_bench_probe_brackets_each_configuration(monkeypatch):
+    """`sarlab bench engine --probe`: a configuration's records get the probes before and after it and their
+    geometric mean."""
+    times = iter([2.0, 8.0, 2.0])
+    monkeypatch.setattr(probe_module, "speed_probe", lambda pdir: {"probe_epoch_s": next(times), "probe_graph": "g",
+                                                                "probe_time": 0.0})  # fmt: skip
+    prober = _Prober("/nonexistent-cache")
+    prober.run(0.0)
+    first, second = [{"rank": 0}, {"rank": 1}], [{"rank": 0}]
+    prober.attach(first, 0.0)
+    prober.attach(second, 0.0)
+    assert [r["probe_epoch_s"] for r in first] == [pytest.approx(4.0)] * 2
+    assert (first[0]["probe_before_s"], first[0]["probe_after_s"]) == (2.0, 8.0)
+    assert second[0]["probe_epoch_s"] == pytest.approx(4.0) and second[0]["probe_before_s"] == 8.0
+    assert first[0]["probe_graph"] == "g" and "probe_time" not in first[0]
+
+
+def _ops(**effs: float) -> dict[str, OpCost]:
+    return {name: OpCost(rate=1.0, parallel_eff=eff) for name, eff in effs.items()}
+
+
+def test_implausible_thread_efficiencies_by_hand():
+    """On C cores the all-core speed-up 1 + (C - 1) eta must reach 1 + (min(C, 8) - 1) eta_min, eta_min 0.5 for
+    GEMM and 0.25 for the other families."""
+    # campaign 7's 2-core calibration: GEMM 0.42 < 0.5 and spmm 0.10 < 0.25 are flagged, elementwise 0.46 is not
+    flagged = implausible_thread_effs(_ops(gemm=0.42, spmm=0.10, elementwise=0.46), 2)
+    assert [line.split(":")[0] for line in flagged] == ["gemm", "spmm"]
+    # campaign 8's (the default profile's) and the floors themselves pass
+    assert implausible_thread_effs(_ops(gemm=0.60, spmm=0.60, elementwise=0.58, max_aggr=0.67), 2) == []
+    assert implausible_thread_effs(_ops(gemm=0.5, spmm=0.25), 2) == []
+    # 72 cores: the first 8 must give x2.75 for spmm, i.e. eta >= 1.75 / 71 over all 72
+    assert implausible_thread_effs(_ops(spmm=1.75 / 71 + 1e-9), 72) == []
+    assert [line.split(":")[0] for line in implausible_thread_effs(_ops(spmm=1.7 / 71), 72)] == ["spmm"]
+    assert implausible_thread_effs(_ops(spmm=0.0), 1) == []  # one core: nothing to scale
+    for preset in (icelake_hdr200(), reference_laptop()):
+        assert implausible_thread_effs(preset.ops, preset.cores_per_host) == []
+    for path in shipped_profiles().values():
+        assert plausibility_warnings(load_profile(path)) == []
+
+
+def test_calibrate_refuses_an_implausible_calibration(tmp_path, monkeypatch, capsys):
+    """A 2-core calibration whose spmm thread efficiency came out at 0.10 is flagged in the profile and not
+    written where asked (exit status 3; it lies beside as <stem>.rejected.json) unless --accept-implausible;
+    `sarlab simulate` warns when it uses such a profile."""
+    ops = {**reference_laptop().ops, "spmm": OpCost(rate=0.5e9, parallel_eff=0.10, row_rate=0.4e9)}
+    monkeypatch.setattr(calibrate_module, "_measure_ops", lambda cal, found, cores, total: dict(ops))
+    monkeypatch.setattr(calibrate_module, "_measure_memory", lambda cal, found: (1.0, {}, {}))
+    out = tmp_path / "p.json"
+    args = ["--out", str(out), "--no-network", "--no-engine", "--threads", "2"]
+    assert calibrate_main(args) == 3
+    assert not out.exists() and "not written to" in capsys.readouterr().err
+    rejected = load_profile(tmp_path / "p.rejected.json")
+    assert [line.split(":")[0] for line in rejected.meta["implausible"]] == ["spmm"]
+    assert rejected.notes[0].startswith("IMPLAUSIBLE spmm")
+    assert calibrate_main([*args, "--accept-implausible"]) == 0
+    assert load_profile(out).meta["implausible"] == rejected.meta["implausible"]
+    capsys.readouterr()
+    graph = "estimate:nodes=2000,edges=20000,features=8,classes=4"
+    assert simulate_main(["--profile", str(out), "--graph", graph, "--workers", "2", "--modes", "sar"]) == 0
+    assert "implausible calibration, spmm" in capsys.readouterr().err
