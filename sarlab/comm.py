@@ -87,15 +87,18 @@ class Comm:
     def exchange(self, sends: list[tuple[int, torch.Tensor]], recvs: list[tuple[int, torch.Tensor]],
                  tag: int) -> Pending:
         """Post sends and receives (peer, tensor) without blocking; empty tensors are skipped."""
+        # receives first: gloo sends its "ready to receive" notice on the same connection as data, and posted
+        # after our own sends it can queue behind them, so that two peers exchanging at once take turns
+        # (measured on a rate-limited link: exactly twice the time in about half the runs)
         ops = []
-        for peer, tensor in sends:
-            if tensor.numel():
-                ops.append(dist.P2POp(dist.isend, tensor, peer, self.group, tag))
-                self.stats.bytes_sent += tensor.numel() * tensor.element_size()
         for peer, tensor in recvs:
             if tensor.numel():
                 ops.append(dist.P2POp(dist.irecv, tensor, peer, self.group, tag))
                 self.stats.bytes_recv += tensor.numel() * tensor.element_size()
+        for peer, tensor in sends:
+            if tensor.numel():
+                ops.append(dist.P2POp(dist.isend, tensor, peer, self.group, tag))
+                self.stats.bytes_sent += tensor.numel() * tensor.element_size()
         works = dist.batch_isend_irecv(ops) if ops else []
         return Pending(works, self.stats)
 

@@ -103,15 +103,23 @@ def test_unreachable_rendezvous_is_bounded(pdir):
     assert time.monotonic() - t0 < 60
 
 
-@pytest.mark.parametrize("kind, needle", [("raise", "injected fault on rank 1 at epoch 1"),
-                                          ("sigkill", "killed by signal SIGKILL")])
-def test_worker_death_is_reported_and_bounded(pdir, kind, needle):
+@pytest.mark.parametrize("kind, needle, option", [("raise", "injected fault on rank 1 at epoch 1", "--fault"),
+                                                  ("sigkill", "killed by signal SIGKILL", "--inject-fault")])
+def test_worker_death_is_reported_and_bounded(pdir, kind, needle, option):
     t0 = time.monotonic()
-    text = _fails(run_cli([*TRAIN, "--graph", pdir, "--workers", "3", "--inject-fault", f"1:1:{kind}"],
+    text = _fails(run_cli([*TRAIN, "--graph", pdir, "--workers", "3", option, f"1:1:{kind}"],
                           timeout=120), "rank 1 failed", needle)
     assert time.monotonic() - t0 < 90, text
     if kind == "raise":
         assert "Traceback" in text  # the child's traceback reaches the user
+
+
+@pytest.mark.parametrize("fault, needle", [("7:1:raise", "fault on rank 7, but the ranks are 0..2"),
+                                           ("1:x:raise", "fault must be RANK:EPOCH:KIND"),
+                                           ("1:1:melt", "fault kind must be one of raise, sigkill, hang, cut")])
+def test_bad_fault_is_refused_before_any_work(pdir, fault, needle):
+    text = _fails(run_cli([*TRAIN, "--graph", pdir, "--workers", "3", "--fault", fault], timeout=60), needle)
+    assert "[sar " not in text  # no epoch ran
 
 
 def test_hung_worker_times_out(pdir):
