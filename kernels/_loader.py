@@ -1,8 +1,16 @@
-"""Build and load the C++ (OpenMP) extension, and choose the backend (cpp or torch)."""
+"""Build and load the C++ (OpenMP) extension, and choose the backend (cpp or torch).
+
+The extension is built for this CPU (``-march=native``) into ``<build_dir>/native-<cpu key>``, the key a hash
+of the CPU model and its feature flags, so a build directory shared by different machines never loads code
+for another CPU; when that build fails it is built without the flag into ``<build_dir>/portable``.
+``$SARLAB_KERNEL_ARCH_FLAGS`` replaces ``-march=native`` (empty: the portable build only).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import platform
 import threading
 import warnings
 from pathlib import Path
@@ -10,12 +18,14 @@ from types import ModuleType
 
 EXTENSION_NAME = "sarlab_kernels"
 CSRC_DIR = Path(__file__).resolve().parent / "csrc"
-SOURCES = ("gat.cpp",)
+SOURCES = ("bindings.cpp", "gat.cpp", "spmm.cpp", "alloc.cpp")
+NATIVE_FLAGS = "-march=native"
 BACKENDS = ("cpp", "torch")
 
 _lock = threading.Lock()
 _ext: ModuleType | None = None
 _ext_error: BaseException | None = None
+_loaded_from: Path | None = None
 _warned = False
 
 
@@ -30,23 +40,66 @@ def build_dir() -> Path:
     return Path(__file__).resolve().parent.parent / ".build" / "kernels"
 
 
-def _compile(verbose: bool) -> ModuleType:
+def cpu_key() -> str:
+    """A short hash of this CPU's model and feature flags (``/proc/cpuinfo``; elsewhere the platform's names)."""
+    text = f"{platform.machine()} {platform.processor()}"
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = [line for line in f if line.startswith(("model name", "flags", "Features", "CPU part"))]
+        text += "".join(dict.fromkeys(lines))  # the first core's lines (every core repeats them)
+    except OSError:
+        pass
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _arch_flags() -> list[str]:
+    return os.environ.get("SARLAB_KERNEL_ARCH_FLAGS", NATIVE_FLAGS).split()
+
+
+def variant_dir(arch_flags: list[str]) -> Path:
+    """Where the extension built with ``arch_flags`` lives: ``native-<cpu key>`` (or ``arch-<hash>`` for other
+    flags) under :func:`build_dir`, ``portable`` without flags."""
+    if not arch_flags:
+        return build_dir() / "portable"
+    if arch_flags == [NATIVE_FLAGS]:
+        return build_dir() / f"native-{cpu_key()}"
+    flags_key = hashlib.sha256(" ".join(arch_flags).encode()).hexdigest()[:8]
+    return build_dir() / f"arch-{flags_key}-{cpu_key()}"
+
+
+def _load(arch_flags: list[str], verbose: bool) -> ModuleType:
+    global _loaded_from
     from torch.utils.cpp_extension import load
 
-    directory = build_dir()
+    directory = variant_dir(arch_flags)
     directory.mkdir(parents=True, exist_ok=True)
-    return load(
+    module = load(
         name=EXTENSION_NAME,
         sources=[str(CSRC_DIR / name) for name in SOURCES],
-        extra_cflags=["-O3", "-fopenmp"] + os.environ.get("SARLAB_KERNEL_EXTRA_CFLAGS", "").split(),
+        extra_cflags=["-O3", "-fopenmp", *arch_flags] + os.environ.get("SARLAB_KERNEL_EXTRA_CFLAGS", "").split(),
         extra_ldflags=["-fopenmp"],
+        extra_include_paths=[str(CSRC_DIR)],
         build_directory=str(directory),
         verbose=verbose,
     )
+    _loaded_from = directory
+    return module
+
+
+def _compile(verbose: bool) -> ModuleType:
+    """The extension for this CPU; the portable build when the CPU-specific one fails to compile."""
+    arch = _arch_flags()
+    if arch:
+        try:
+            return _load(arch, verbose)
+        except Exception as exc:  # a compiler without -march=native, ...: the portable build must still work
+            if verbose:
+                print(f"sarlab kernels: build with {' '.join(arch)} failed ({exc}); building without it")
+    return _load([], verbose)
 
 
 def build(verbose: bool = False) -> None:
-    """JIT-compile the extension (ninja, -O3, OpenMP) into :func:`build_dir` and load it.
+    """JIT-compile the extension (ninja, -O3, OpenMP, for this CPU) under :func:`build_dir` and load it.
 
     A second call is cheap: ninja finds nothing to do. Raises whatever the compiler raised.
 
@@ -69,6 +122,11 @@ def extension() -> ModuleType | None:
             except Exception as exc:  # compiler missing, headers missing, ...: fall back to torch
                 _ext_error = exc
         return _ext
+
+
+def loaded_from() -> Path | None:
+    """The directory the loaded extension was built in (None before it is loaded)."""
+    return _loaded_from
 
 
 def extension_error() -> BaseException | None:

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from ._loader import build, build_dir
+from ._loader import build, build_dir, loaded_from
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         print(f"kernel build FAILED after {time.perf_counter() - start:.1f} s: {exc}", file=sys.stderr)
         return 1
-    print(f"kernels built and loaded in {time.perf_counter() - start:.1f} s", flush=True)
+    print(f"kernels built and loaded in {time.perf_counter() - start:.1f} s ({loaded_from()})", flush=True)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""GAT attention aggregation: fused shard kernels (online softmax), the autograd Function, the unfused path.
+"""GAT attention aggregation over CSR shards: fused kernels streaming an online softmax, forward and backward.
 
 For one head h and an edge j -> i, with :math:`s^{dst}_i = a_{dst}\\cdot z_i` and
 :math:`s^{src}_j = a_{src}\\cdot z_j` computed by the caller,
@@ -19,20 +19,9 @@ from torch import Tensor
 
 from . import _loader
 from . import torch_backend as _torch
+from .csr import Transpose, check_csr
 
 State = tuple[Tensor, Tensor, Tensor]
-Transpose = tuple[Tensor, Tensor]
-
-
-def _check_csr(rowptr: Tensor, col: Tensor, num_src: int) -> None:
-    if rowptr.dtype != torch.int64 or col.dtype != torch.int64:
-        raise TypeError(f"rowptr and col must be int64 (got {rowptr.dtype}, {col.dtype}); use .long()")
-    if rowptr.dim() != 1 or rowptr.numel() < 1 or col.dim() != 1:
-        raise ValueError("a shard is a CSR: rowptr [Nd+1] and col [E], both 1-D")
-    if int(rowptr[0]) != 0 or int(rowptr[-1]) != col.numel():
-        raise ValueError(f"rowptr must start at 0 and end at len(col)={col.numel()}, got {int(rowptr[-1])}")
-    if col.numel() and (int(col.min()) < 0 or int(col.max()) >= num_src):
-        raise IndexError(f"col indexes rows outside the {num_src} source rows")
 
 
 def _check_inputs(rowptr: Tensor, col: Tensor, s_dst: Tensor, s_src: Tensor, z_src: Tensor) -> None:
@@ -48,7 +37,7 @@ def _check_inputs(rowptr: Tensor, col: Tensor, s_dst: Tensor, s_src: Tensor, z_s
         raise ValueError(f"s_dst must be [Nd,H]=({num_dst},{heads}), got {tuple(s_dst.shape)}")
     if s_dst.dtype != z_src.dtype or s_src.dtype != z_src.dtype:
         raise TypeError("s_dst, s_src and z_src must share one dtype")
-    _check_csr(rowptr, col, num_src)
+    check_csr(rowptr, col, num_src)
 
 
 def empty_state(num_dst: int, heads: int, channels: int, like: Tensor) -> State:
@@ -116,9 +105,9 @@ def gat_forward_shard(
             m, l, acc = m.clone(memory_format=torch.contiguous_format), l.clone(), acc.clone()
     args = (rowptr, col, s_dst.contiguous(), s_src.contiguous(), z_src.contiguous(), float(negative_slope))
     if _loader.resolve(backend) == "cpp":
-        ext = _loader.extension()
-        assert ext is not None
-        ext.gat_forward_shard(*args, m, l, acc)
+        extension = _loader.extension()
+        assert extension is not None
+        extension.gat_forward_shard(*args, m, l, acc)
     else:
         _torch.gat_forward_shard(*args, m, l, acc)
     return m, l, acc
@@ -138,23 +127,6 @@ def gat_finalize(m: Tensor, l: Tensor, acc: Tensor, inplace: bool = False) -> Te
     del m
     safe = torch.where(l > 0, l, torch.ones_like(l))[..., None]
     return acc.div_(safe) if inplace else acc / safe
-
-
-def csr_transpose(rowptr: Tensor, col: Tensor, num_src: int, backend: str | None = None) -> Transpose:
-    """Transpose a CSR shard into a CSC (per source row, the destinations it feeds, ascending).
-
-    Args:
-        rowptr: [Nd+1] int64 row pointer; col: [E] int64 source indices.
-        num_src: Ns.
-        backend: 'cpp', 'torch' or None.
-    """
-    _check_csr(rowptr, col, num_src)
-    if _loader.resolve(backend) == "cpp":
-        ext = _loader.extension()
-        assert ext is not None
-        t_rowptr, t_row = ext.csr_transpose(rowptr.contiguous(), col.contiguous(), int(num_src))
-        return t_rowptr, t_row
-    return _torch.csr_transpose(rowptr, col, num_src)
 
 
 def gat_backward_shard(
@@ -208,158 +180,15 @@ def gat_backward_shard(
     dense = [t.contiguous() for t in (s_dst, s_src, z_src)]
     state = [t.contiguous() for t in (m, l, grad_out, delta)]
     if _loader.resolve(backend) == "cpp":
-        ext = _loader.extension()
-        assert ext is not None
+        extension = _loader.extension()
+        assert extension is not None
         if transpose is None:
-            transpose = ext.csr_transpose(rowptr, col, num_src)
+            transpose = extension.csr_transpose(rowptr, col, num_src)
         else:
-            _check_csr(transpose[0], transpose[1], num_dst)
+            check_csr(transpose[0], transpose[1], num_dst)
         t_rowptr, t_row = transpose
         if t_rowptr.numel() != num_src + 1 or t_row.numel() != col.numel():
             raise ValueError("transpose does not match this shard; build it with csr_transpose(rowptr, col, Ns)")
-        grads = ext.gat_backward_shard(rowptr, col, t_rowptr, t_row, *dense, float(negative_slope), *state)
+        grads = extension.gat_backward_shard(rowptr, col, t_rowptr, t_row, *dense, float(negative_slope), *state)
         return grads[0], grads[1], grads[2]
     return _torch.gat_backward_shard(rowptr, col, *dense, float(negative_slope), *state)
-
-
-class GATFusedFunction(torch.autograd.Function):
-    """Autograd Function for the fused attention over one whole graph (saves nothing E-sized)."""
-
-    @staticmethod
-    def forward(ctx, rowptr, col, s_dst, s_src, z_src, negative_slope, transpose, backend):  # type: ignore[override]
-        m, l, acc = gat_forward_shard(rowptr, col, s_dst, s_src, z_src, negative_slope, backend=backend)
-        out = gat_finalize(m, l, acc, inplace=True)
-        ctx.save_for_backward(rowptr, col, s_dst, s_src, z_src, m, l, out)
-        ctx.negative_slope = negative_slope
-        ctx.transpose = transpose
-        ctx.backend = backend
-        return out
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_out):  # type: ignore[override]
-        rowptr, col, s_dst, s_src, z_src, m, l, out = ctx.saved_tensors
-        grad_out = grad_out.contiguous()
-        delta = (grad_out * out).sum(-1)
-        g_dst, g_src, g_z = gat_backward_shard(
-            rowptr,
-            col,
-            s_dst,
-            s_src,
-            z_src,
-            ctx.negative_slope,
-            m,
-            l,
-            grad_out,
-            delta,
-            backend=ctx.backend,
-            transpose=ctx.transpose,
-        )
-        return None, None, g_dst, g_src, g_z, None, None, None
-
-
-def gat_fused(
-    rowptr: Tensor,
-    col: Tensor,
-    s_dst: Tensor,
-    s_src: Tensor,
-    z_src: Tensor,
-    negative_slope: float,
-    transpose: Transpose | None = None,
-    backend: str | None = None,
-) -> Tensor:
-    """Differentiable fused GAT aggregation over one graph (forward + finalize, fused backward).
-
-    .. math::
-        \\mathrm{out}_i = \\sum_{j\\to i}
-        \\mathrm{softmax}_j(\\mathrm{LeakyReLU}(s^{dst}_i + s^{src}_j))\\, z_j
-
-    Saved for backward: the inputs and m, l, out (nothing of size E x H).
-
-    Args:
-        rowptr: [Nd+1] int64 CSR row pointer; col: [E] int64 source indices.
-        s_dst: [Nd,H]; s_src: [Ns,H]; z_src: [Ns,H,C].
-        negative_slope: LeakyReLU slope.
-        transpose: optional precomputed :func:`csr_transpose` (else built in backward).
-        backend: 'cpp', 'torch' or None.
-    """
-    return GATFusedFunction.apply(rowptr, col, s_dst, s_src, z_src, negative_slope, transpose, backend)
-
-
-def gat_unfused(
-    rowptr: Tensor, col: Tensor, s_dst: Tensor, s_src: Tensor, z_src: Tensor, negative_slope: float
-) -> Tensor:
-    """GAT aggregation with plain differentiable torch ops (materialises E x H and E x H x C tensors).
-
-    .. math::
-        \\alpha_{ij} = \\frac{e^{e_{ij} - \\max_k e_{ik}}}{\\sum_k e^{e_{ik} - \\max_k e_{ik}}},\\quad
-        \\mathrm{out}_i = \\sum_j \\alpha_{ij} z_j
-
-    Args:
-        rowptr, col, s_dst, s_src, z_src, negative_slope: as in :func:`gat_fused`.
-    """
-    _check_inputs(rowptr, col, s_dst, s_src, z_src)
-    num_dst = rowptr.numel() - 1
-    row = _torch.csr_rows(rowptr)
-    e = torch.nn.functional.leaky_relu(s_dst[row] + s_src[col], negative_slope)
-    with torch.no_grad():  # the shift cancels in the softmax; no gradient through it
-        shift = torch.full_like(s_dst, float("-inf")).scatter_reduce_(
-            0, row[:, None].expand_as(e), e, "amax", include_self=True
-        )
-    w = torch.exp(e - shift[row])
-    denom = torch.zeros_like(s_dst).index_add(0, row, w)
-    alpha = w / denom[row]
-    out_shape = (num_dst, z_src.shape[1], z_src.shape[2])
-    return torch.zeros(out_shape, dtype=z_src.dtype, device=z_src.device).index_add(
-        0, row, alpha[..., None] * z_src[col]
-    )
-
-
-class GATLayer(torch.nn.Module):
-    """One GAT layer (concatenated heads), parameterised like PyG ``GATConv`` without self-loops.
-
-    .. math::
-        z_j = W x_j,\\quad \\mathrm{out}_i = \\Big\\Vert_h \\sum_{j\\to i} \\alpha^h_{ij} z^h_j + b,\\quad
-        \\alpha^h_{ij} = \\mathrm{softmax}_j\\,
-        \\mathrm{LeakyReLU}(a^h_{dst}\\cdot z^h_i + a^h_{src}\\cdot z^h_j)
-
-    Args:
-        in_channels: input features.
-        out_channels: features per head C.
-        heads: H.
-        negative_slope: LeakyReLU slope.
-        impl: 'fused' (kernels) or 'unfused' (plain torch).
-        backend: kernel backend for impl='fused'.
-    """
-
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        heads: int = 1,
-        negative_slope: float = 0.2,
-        impl: str = "fused",
-        backend: str | None = None,
-    ) -> None:
-        super().__init__()
-        if impl not in ("fused", "unfused"):
-            raise ValueError(f"impl must be 'fused' or 'unfused', got {impl!r}")
-        self.heads, self.out_channels, self.negative_slope = heads, out_channels, negative_slope
-        self.impl, self.backend = impl, backend
-        self.lin = torch.nn.Linear(in_channels, heads * out_channels, bias=False)
-        self.att_src = torch.nn.Parameter(torch.empty(1, heads, out_channels))
-        self.att_dst = torch.nn.Parameter(torch.empty(1, heads, out_channels))
-        self.bias = torch.nn.Parameter(torch.zeros(heads * out_channels))
-        torch.nn.init.xavier_uniform_(self.att_src)
-        torch.nn.init.xavier_uniform_(self.att_dst)
-
-    def forward(self, x: Tensor, rowptr: Tensor, col: Tensor, transpose: Transpose | None = None) -> Tensor:
-        """Apply the layer to node features x [N,F] on the graph given as CSR over destinations."""
-        z = self.lin(x).view(-1, self.heads, self.out_channels)
-        s_src = (z * self.att_src).sum(-1)
-        s_dst = (z * self.att_dst).sum(-1)
-        if self.impl == "fused":
-            out = gat_fused(rowptr, col, s_dst, s_src, z, self.negative_slope, transpose, self.backend)
-        else:
-            out = gat_unfused(rowptr, col, s_dst, s_src, z, self.negative_slope)
-        return out.reshape(-1, self.heads * self.out_channels) + self.bias

@@ -1,4 +1,9 @@
-"""Running per-destination max over in-edges, shard by shard, with exact tie-splitting gradients."""
+"""Running per-destination max over in-edges, shard by shard, with exact tie-splitting gradients.
+
+The state is the running max ``M`` ([Nd,F], -inf before any in-edge) and the number ``n`` of in-edges
+attaining it (int32 [Nd,F]: exact up to 2^31 - 1 in-edges of one node, the size of a float32 max). Shards
+merge exactly, in any order; no E x F tensor is written in the C++ path.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,9 @@ from torch import Tensor
 
 from . import _loader
 from . import torch_backend as _torch
-from .gat import Transpose, _check_csr, csr_transpose
+from .csr import Transpose, check_csr, csr_transpose
+
+COUNT_DTYPE = torch.int32
 
 
 def _check_x(x_src: Tensor) -> None:
@@ -15,6 +22,17 @@ def _check_x(x_src: Tensor) -> None:
         raise ValueError(f"x_src must be [Ns,F], got shape {tuple(x_src.shape)}")
     if x_src.dtype not in (torch.float32, torch.float64):
         raise TypeError(f"kernels support float32 and float64, got {x_src.dtype}")
+
+
+def empty_max_state(num_dst: int, features: int, like: Tensor) -> tuple[Tensor, Tensor]:
+    """Fresh running-max state: max = -inf, count = 0 (int32).
+
+    Args:
+        num_dst, features: Nd, F.
+        like: tensor whose dtype and device the max takes.
+    """
+    best = torch.full((num_dst, features), float("-inf"), dtype=like.dtype, device=like.device)
+    return best, torch.zeros((num_dst, features), dtype=COUNT_DTYPE, device=like.device)
 
 
 def csr_max_shard(
@@ -31,43 +49,45 @@ def csr_max_shard(
         M_i' = \\max(M_i, \\max_{j \\to i} x_j),\\qquad
         n_i' = n_i [M_i = M_i'] + \\#\\{j \\to i : x_j = M_i'\\}
 
-    Nodes with no in-edge keep max = -inf and count = 0 (the caller maps them to 0).
+    Nodes with no in-edge keep max = -inf and count = 0 (the caller maps them to 0). An edge listed
+    twice counts twice.
 
     Args:
         rowptr: [Nd+1] int64 CSR row pointer; col: [E] int64 source indices.
         x_src: [Ns,F] source rows.
-        state: (max [Nd,F], count [Nd,F] int64) from earlier shards, or None.
+        state: (max [Nd,F], count [Nd,F] int32) from earlier shards, or None.
         backend: 'cpp', 'torch' or None.
-        inplace: update the given state in place.
+        inplace: update the given state in place (it must then be contiguous).
     """
     _check_x(x_src)
-    _check_csr(rowptr, col, x_src.shape[0])
-    num_dst, feats = rowptr.numel() - 1, x_src.shape[1]
+    check_csr(rowptr, col, x_src.shape[0])
+    num_dst, features = rowptr.numel() - 1, x_src.shape[1]
     if state is None:
-        mx = torch.full((num_dst, feats), float("-inf"), dtype=x_src.dtype, device=x_src.device)
-        count = torch.zeros((num_dst, feats), dtype=torch.int64, device=x_src.device)
+        best, count = empty_max_state(num_dst, features, x_src)
     else:
-        mx, count = state
-        if tuple(mx.shape) != (num_dst, feats) or mx.shape != count.shape:
-            raise ValueError(f"state must be max, count shaped [Nd,F]=({num_dst},{feats})")
-        if mx.dtype != x_src.dtype or count.dtype != torch.int64:
-            raise TypeError("state max must have the dtype of x_src and count must be int64")
+        best, count = state
+        if tuple(best.shape) != (num_dst, features) or best.shape != count.shape:
+            raise ValueError(f"state must be max, count shaped [Nd,F]=({num_dst},{features})")
+        if best.dtype != x_src.dtype or count.dtype != COUNT_DTYPE:
+            raise TypeError("state max must have the dtype of x_src and count must be int32")
+        if inplace and not (best.is_contiguous() and count.is_contiguous()):
+            raise ValueError("inplace=True needs contiguous state tensors")
         if not inplace:
-            mx, count = mx.clone(memory_format=torch.contiguous_format), count.clone()
+            best, count = best.clone(memory_format=torch.contiguous_format), count.clone()
     if _loader.resolve(backend) == "cpp":
-        ext = _loader.extension()
-        assert ext is not None
-        ext.csr_max_shard(rowptr, col, x_src.contiguous(), mx, count)
+        extension = _loader.extension()
+        assert extension is not None
+        extension.csr_max_shard(rowptr, col, x_src.contiguous(), best, count)
     else:
-        _torch.csr_max_shard(rowptr, col, x_src, mx, count)
-    return mx, count
+        _torch.csr_max_shard(rowptr, col, x_src, best, count)
+    return best, count
 
 
 def csr_max_backward(
     rowptr: Tensor,
     col: Tensor,
     x_src: Tensor,
-    max: Tensor,  # the name the API promises (shadows the builtin inside this function only)
+    best: Tensor,
     count: Tensor,
     grad_out: Tensor,
     backend: str | None = None,
@@ -79,59 +99,30 @@ def csr_max_backward(
 
     Args:
         rowptr, col, x_src: the shard, as in :func:`csr_max_shard`.
-        max, count: FINAL max and count over all shards, [Nd,F].
+        best, count: FINAL max and count over all shards, [Nd,F].
         grad_out: [Nd,F] gradient of the output.
         backend: 'cpp', 'torch' or None.
-        transpose: optional precomputed :func:`csr_transpose` of this shard.
+        transpose: optional precomputed :func:`kernels.csr_transpose` of this shard (the C++ path reads it).
     """
     _check_x(x_src)
-    _check_csr(rowptr, col, x_src.shape[0])
-    if max.shape != count.shape or grad_out.shape != max.shape or max.shape[0] != rowptr.numel() - 1:
-        raise ValueError("max, count and grad_out must all be [Nd,F]")
+    check_csr(rowptr, col, x_src.shape[0])
+    if best.shape != count.shape or grad_out.shape != best.shape or best.shape[0] != rowptr.numel() - 1:
+        raise ValueError("best, count and grad_out must all be [Nd,F]")
+    if count.dtype != COUNT_DTYPE:
+        raise TypeError(f"count must be int32 (as csr_max_shard returns it), got {count.dtype}")
     if _loader.resolve(backend) == "cpp":
-        ext = _loader.extension()
-        assert ext is not None
+        extension = _loader.extension()
+        assert extension is not None
         if transpose is None:
             transpose = csr_transpose(rowptr, col, x_src.shape[0], backend="cpp")
-        return ext.csr_max_backward(
+        elif transpose[0].numel() != x_src.shape[0] + 1 or transpose[1].numel() != col.numel():
+            raise ValueError("transpose does not match this shard; build it with csr_transpose(rowptr, col, Ns)")
+        return extension.csr_max_backward(
             transpose[0],
             transpose[1],
             x_src.contiguous(),
-            max.contiguous(),
+            best.to(x_src.dtype).contiguous(),
             count.contiguous(),
             grad_out.to(x_src.dtype).contiguous(),
         )
-    return _torch.csr_max_backward(rowptr, col, x_src, max, count, grad_out)
-
-
-class CSRMaxFunction(torch.autograd.Function):
-    """Autograd Function: per-destination max over in-edges of one graph (0 for isolated nodes)."""
-
-    @staticmethod
-    def forward(ctx, rowptr, col, x_src, backend):  # type: ignore[override]
-        mx, count = csr_max_shard(rowptr, col, x_src, backend=backend)
-        ctx.save_for_backward(rowptr, col, x_src, mx, count)
-        ctx.backend = backend
-        return torch.where(count > 0, mx, torch.zeros_like(mx))
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_out):  # type: ignore[override]
-        rowptr, col, x_src, mx, count = ctx.saved_tensors
-        return (
-            None,
-            None,
-            csr_max_backward(rowptr, col, x_src, mx, count, grad_out, backend=ctx.backend),
-            None,
-        )
-
-
-def csr_max(rowptr: Tensor, col: Tensor, x_src: Tensor, backend: str | None = None) -> Tensor:
-    """Differentiable max aggregation over in-edges (like scatter_reduce 'amax'; 0 for isolated nodes).
-
-    .. math:: \\mathrm{out}_i = \\max_{j \\to i} x_j
-
-    Args:
-        rowptr: [Nd+1] int64; col: [E] int64; x_src: [Ns,F]; backend: 'cpp', 'torch' or None.
-    """
-    return CSRMaxFunction.apply(rowptr, col, x_src, backend)
+    return _torch.csr_max_backward(rowptr, col, x_src, best, count, grad_out)

@@ -125,19 +125,21 @@ def csr_max_shard(rowptr: Tensor, col: Tensor, x_src: Tensor, mx: Tensor, count:
 
     .. math:: M_i' = \\max(M_i, \\max_{j\\to i} x_j),\\quad n_i' = \\#\\{\\text{edges attaining } M_i'\\}
 
+    Builds E x F transients (the gathered rows, the tie mask): the fallback, not the fast path.
+
     Args:
         rowptr, col: the shard as a CSR over destination rows.
         x_src: [Ns,F] source rows.
-        mx, count: [Nd,F] running max (-inf for no edge yet) and int64 count.
+        mx, count: [Nd,F] running max (-inf for no edge yet) and integer count.
     """
     row = csr_rows(rowptr)
     vals = x_src[col]
     index = row[:, None].expand_as(vals)
     shard_max = torch.full_like(mx, float("-inf")).scatter_reduce_(0, index, vals, "amax", include_self=True)
-    hits = (vals == shard_max[row]).to(torch.int64)
+    hits = (vals == shard_max[row]).to(count.dtype)
     shard_count = torch.zeros_like(count).index_add_(0, row, hits)
     grows = shard_max > mx
-    ties = (shard_max == mx) & torch.isfinite(shard_max)
+    ties = shard_max == mx  # (-inf == -inf where the shard has no edge into a row: its count stays)
     count.copy_(torch.where(grows, shard_count, torch.where(ties, count + shard_count, count)))
     mx.copy_(torch.maximum(mx, shard_max))
     return mx, count

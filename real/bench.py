@@ -1,58 +1,128 @@
-"""``sarlab bench engine``: per-worker peak memory and epoch time vs number of workers, every mode."""
+"""``sarlab bench engine``: per-worker peak memory and epoch time vs number of workers, every mode and model.
+
+:func:`run_engine_bench` runs the configurations of an :class:`EngineBenchConfig` (a synthetic graph, METIS
+parts cached on disk, every model x mode x N) and returns their metric records; :func:`write_outputs` writes
+``<prefix>.csv`` (every record), ``<prefix>_summary.csv``, ``<prefix>_ratios.csv``, ``<prefix>.png`` and
+``<prefix>.md``. The command line is a thin layer over both.
+"""
 from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
+import shutil
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
-FULL = {"nodes": 500_000, "degree": 30, "features": 128, "classes": 16, "hidden": 256, "layers": 3,
-        "workers": "1,2,4,8", "epochs": 3}
-QUICK = {"nodes": 4000, "degree": 10, "features": 16, "classes": 4, "hidden": 32, "layers": 2,
-         "workers": "1,2", "epochs": 2}
+from sarlab.config import EngineConfig
+from sarlab.graphs import load_graph
+from sarlab.machine import cpu_model, today, usable_cores
+from sarlab.nn.model import ModelConfig
+from sarlab.partition import is_partition_dir, partition
+from sarlab.records import summarize
+from sarlab.train import TrainConfig
+from simulator import probe
+
+from .figures import plot_engine_bench
+from .jobs import Job
+from .launcher import launch, preflight
+from .lifecycle import interruptible
+from .options import add_memory_arg, add_net_arg, write_json
+
+DEFAULT_OUT = os.path.join(".cache", "bench-engine")
 
 
-def summarize(records: pd.DataFrame, warmup: int = 1) -> pd.DataFrame:
-    """One row per (model, mode, workers): epoch time = median over measured epochs of the slowest rank;
-    peak = max over ranks and measured epochs of (VmHWM - post-setup RSS)."""
-    df = records[records.epoch >= warmup] if records.epoch.max() >= warmup else records
-    df = df.assign(peak_above_baseline=df.peak_mem_bytes - df.baseline_mem_bytes)
-    keys = ["label", "model", "mode", "workers"]
-    per_epoch = df.groupby(keys + ["epoch"]).agg(epoch_time_s=("epoch_time_s", "max"),
-                                                 comm_wait_s=("comm_wait_s", "max"),
-                                                 bytes_sent=("bytes_sent", "sum"),
-                                                 peak=("peak_above_baseline", "max"),
-                                                 peak_abs=("peak_mem_bytes", "max"),
-                                                 loss=("loss", "first"))
-    out = per_epoch.groupby(keys).agg(epoch_time_s=("epoch_time_s", "median"),
-                                      comm_wait_s=("comm_wait_s", "median"),
-                                      bytes_sent_per_epoch=("bytes_sent", "median"),
-                                      peak_mem_above_baseline_bytes=("peak", "max"),
-                                      peak_mem_bytes=("peak_abs", "max"), loss=("loss", "last")).reset_index()
-    return out
+@dataclass(frozen=True)
+class EngineBenchConfig:
+    """What ``sarlab bench engine`` measures.
+
+    Args:
+        nodes, degree, features, classes: the synthetic graph (seed 0).
+        hidden, layers, heads, batchnorm: the model; ``models`` a tuple of ``gcn``, ``sage``, ``sage-max``, ``gat``.
+        workers: worker counts N; ``epochs`` per configuration (epoch 0 is warm-up in the summaries).
+        modes: ``sar``, ``sa``, ``oneshot``; for GAT also ``sar+fused`` (the others run GAT unfused).
+        prefetch: ring rounds fetched ahead (a tuple runs each; ``prefetch`` then keys the summaries);
+            ``timeout_s``: bound on any wait of a worker.
+        net: the network the workers talk over, ``loopback`` or ``veth:rate=R[,hosts=H]`` (see
+            :mod:`real.netspec`); recorded in every record's ``net`` column.
+        cache: partition cache directory (one METIS partition per graph and N, reused across runs).
+        probe: run the simulator's speed probe around every configuration (``probe_*`` columns).
+        memory: the workers' peak-memory method, ``live`` or ``rss`` (see :mod:`sarlab.memory`).
+    """
+
+    nodes: int = 500_000
+    degree: int = 30
+    features: int = 128
+    classes: int = 16
+    hidden: int = 256
+    layers: int = 3
+    workers: tuple[int, ...] = (1, 2, 4, 8)
+    epochs: int = 3
+    models: tuple[str, ...] = ("gcn", "sage")
+    modes: tuple[str, ...] = ("sar", "sa", "oneshot")
+    heads: int = 4
+    batchnorm: bool = False
+    prefetch: int | tuple[int, ...] = 1
+    timeout_s: float = 600.0
+    cache: str = os.path.join(".cache", "partitions")
+    probe: bool = False
+    net: str = "loopback"
+    memory: str = "live"
+
+    @property
+    def prefetches(self) -> tuple[int, ...]:
+        return self.prefetch if isinstance(self.prefetch, tuple) else (self.prefetch,)
+
+    @property
+    def graph_spec(self) -> str:
+        return (f"synthetic:nodes={self.nodes},degree={self.degree},features={self.features},"
+                f"classes={self.classes},seed=0")
+
+
+QUICK = EngineBenchConfig(nodes=4000, degree=10, features=16, classes=4, hidden=32, layers=2, workers=(1, 2),
+                          epochs=2)
+SIZE_FIELDS = ("nodes", "degree", "features", "classes", "hidden", "layers", "epochs")
+VARYING_KEYS = ("prefetch", "net")  # summary keys only where a set of records holds several values
 
 
 def ratios(summary: pd.DataFrame) -> pd.DataFrame:
-    """Side-by-side ratios per (model, workers): memory of oneshot and sa over sar (and oneshot over sar+fused),
-    and the inverse ratios of epoch time."""
+    """Side-by-side ratios per (model, workers[, prefetch, net]): memory of oneshot and sa over sar (and oneshot
+    over sar+fused), and the inverse ratios of epoch time."""
     rows = []
-    for (label, model, n), d in summary.groupby(["label", "model", "workers"]):
+    keys = ["label", "model", "workers"] + [k for k in VARYING_KEYS if k in summary.columns]
+    for values, d in summary.groupby(keys):
         by = d.set_index("mode")
         if "sar" not in by.index:
             continue
-        row = {"label": label, "model": model, "workers": n}
-        pairs = [("oneshot", "sar"), ("sa", "sar"), ("oneshot", "sar+fused")]
-        for other, base in pairs:
+        row = dict(zip(keys, values))
+        for other, base in [("oneshot", "sar"), ("sa", "sar"), ("oneshot", "sar+fused")]:
             if other in by.index and base in by.index:
                 row[f"{other}_over_{base}_mem"] = (by.loc[other, "peak_mem_above_baseline_bytes"]
                                                    / by.loc[base, "peak_mem_above_baseline_bytes"])
                 row[f"{base}_over_{other}_time"] = by.loc[base, "epoch_time_s"] / by.loc[other, "epoch_time_s"]
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def summary_table(records: pd.DataFrame, warmup: int = 1) -> pd.DataFrame:
+    """One row per (label, model, mode, N) in the columns the benchmark has always written; ``prefetch`` and
+    ``net`` join the keys when the records hold more than one value of them."""
+    varying = [k for k in VARYING_KEYS if k in records.columns and records[k].nunique() > 1]
+    keys = ["label", "model", "mode", "workers", *varying]
+    table = summarize(records, keys=keys, warmup=warmup)
+    return table[[*keys, "epoch_time_s", "comm_wait_s", "bytes_sent_per_epoch", "peak_mem_above_baseline_bytes",
+                  "peak_mem_bytes", "loss"]]
+
+
+def _md_table(df: pd.DataFrame) -> str:
+    head = "| " + " | ".join(str(c) for c in df.columns) + " |"
+    rule = "|" + "---|" * len(df.columns)
+    rows = ["| " + " | ".join(str(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join([head, rule, *rows])
 
 
 def write_markdown(summary: pd.DataFrame, rat: pd.DataFrame, path: str, title: str, command: str) -> None:
@@ -65,7 +135,8 @@ def write_markdown(summary: pd.DataFrame, rat: pd.DataFrame, path: str, title: s
     cols = ["label", "mode", "workers", "epoch_s", "comm_wait_s", "peak_MiB_above_baseline", "MiB_sent_per_epoch"]
     lines = [f"# {title}", "", f"Command: `{command}`", "",
              "Epoch time: median over epochs after the first of the slowest rank; peak: max over ranks and those "
-             "epochs of VmHWM minus the post-setup RSS.", "",
+             "epochs of the peak minus the post-setup baseline (method in the records' `mem_method`: live tensor "
+             "bytes, or VmHWM minus the RSS).", "",
              _md_table(s[cols].sort_values(["label", "workers", "mode"]))]
     if len(rat):
         lines += ["", "Ratios measured side by side in this run:", "", _md_table(rat.round(3))]
@@ -73,104 +144,32 @@ def write_markdown(summary: pd.DataFrame, rat: pd.DataFrame, path: str, title: s
         f.write("\n".join(lines) + "\n")
 
 
-def _md_table(df: pd.DataFrame) -> str:
-    head = "| " + " | ".join(str(c) for c in df.columns) + " |"
-    rule = "|" + "---|" * len(df.columns)
-    rows = ["| " + " | ".join(str(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join([head, rule, *rows])
-
-
-def plot(summary: pd.DataFrame, path: str, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    styles = {"sar": "o-", "sa": "s--", "oneshot": "^:", "sar+fused": "D-"}
-    colors = {label: f"C{i}" for i, label in enumerate(sorted(summary.label.unique()))}
-    shades = {"sar": 1.0, "sar+fused": 0.75, "sa": 0.55, "oneshot": 0.4}
-    for (label, mode), d in summary.groupby(["label", "mode"]):
-        d = d.sort_values("workers")
-        kw = dict(color=colors[label], alpha=shades.get(mode, 1.0), label=f"{label} {mode}")
-        axes[0].plot(d.workers, d.peak_mem_above_baseline_bytes / 2**20, styles.get(mode, "x-"), **kw)
-        axes[1].plot(d.workers, d.epoch_time_s, styles.get(mode, "x-"), **kw)
-    for ax, ylabel in zip(axes, ["peak memory per worker above baseline (MiB)", "epoch time (s)"]):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("workers (N)")
-        ax.set_ylabel(ylabel)
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=7)
-    import textwrap
-
-    fig.suptitle("\n".join(textwrap.wrap(title, 150)), fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="sarlab bench engine", description=(
-        "Measure per-worker peak memory (VmHWM above the post-setup RSS) and epoch time for N workers, "
-        "every mode and model, on a synthetic graph; writes <out>/engine_scaling.csv (every record), "
-        "engine_scaling_summary.csv, engine_scaling_ratios.csv and engine_scaling.png."))
-    p.add_argument("--quick", action="store_true", help="tiny graph, N=1,2 (a smoke test, seconds)")
-    for key, value in FULL.items():
-        p.add_argument(f"--{key}", type=type(value), default=None, help=f"default {value} (quick: {QUICK[key]})")
-    p.add_argument("--models", default="gcn,sage", help="comma list; gat, sage-max also accepted")
-    p.add_argument("--modes", default="sar,sa,oneshot", help="comma list; for gat also sar+fused")
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--batchnorm", action="store_true")
-    p.add_argument("--prefetch", type=int, default=1)
-    p.add_argument("--out", default="results", help="output directory (default %(default)s)")
-    p.add_argument("--prefix", default="engine_scaling", help="output file prefix (default %(default)s)")
-    p.add_argument("--cache", default=".cache/partitions", help="partition cache directory")
-    p.add_argument("--timeout", type=float, default=600.0, help="per-wait timeout of workers (s)")
-    p.add_argument("--json", help="write the summary rows here")
-    p.add_argument("--probe", action="store_true",
-                   help="run the simulator's speed probe (a fixed 1-worker GCN run, 10-30 s) before the first and "
-                        "after every configuration and add its epoch time to the records (probe_* columns), so "
-                        "`sarlab simulate --validate` can follow the machine's speed drift")
-    a = p.parse_args(argv)
-    a.argv = list(sys.argv[3:] if argv is None else argv)
-    base = QUICK if a.quick else FULL
-    cfg = {k: getattr(a, k) if getattr(a, k) is not None else v for k, v in base.items()}
-    return run(a, cfg)
-
-
 def keep_manifest(pdir: str, dest: str) -> None:
     """Copy a partition's manifest.json (its sizes, edges per shard and halo rows: a few KB) to
     ``dest/<partition dir name>.json``, so that `sarlab simulate --validate` of the records works on the
     exact partition in a clone without the partition cache."""
-    import shutil
-
     os.makedirs(dest, exist_ok=True)
     shutil.copyfile(os.path.join(pdir, "manifest.json"), os.path.join(dest, os.path.basename(pdir) + ".json"))
 
 
 class _Prober:
-    """Runs :func:`simulator.calibrate.speed_probe` between configurations and gives each configuration's
-    records the probes on both sides of it (``probe_before_s``, ``probe_after_s``, their geometric mean
-    ``probe_epoch_s``) plus the probe's configuration."""
+    """Runs the simulator's speed probe between configurations and gives each configuration's records the
+    probes on both sides of it (``probe_before_s``, ``probe_after_s``, their geometric mean ``probe_epoch_s``)
+    plus the probe's configuration."""
 
-    def __init__(self, cache: str, manifests: str | None = None) -> None:
-        from simulator.calibrate import PROBE_GRAPH
-
-        key = hashlib.sha256(f"{PROBE_GRAPH}|1|metis".encode()).hexdigest()[:12]
+    def __init__(self, cache: str, manifests: str | None = None, log: Callable[[str], None] = print) -> None:
+        key = hashlib.sha256(f"{probe.PROBE_GRAPH}|1|metis".encode()).hexdigest()[:12]
         self.pdir = os.path.join(cache, f"probe-{key}-n1")
-        self.manifests = manifests
+        self.manifests, self.log = manifests, log
         self.last: dict | None = None
 
     def run(self, t_start: float) -> dict:
-        from simulator.calibrate import speed_probe
-
         t0 = time.perf_counter()
-        self.last = speed_probe(self.pdir)
+        self.last = probe.speed_probe(self.pdir)
         if self.manifests:
             keep_manifest(self.pdir, self.manifests)
-        print(f"[{time.perf_counter() - t_start:6.0f}s] speed probe: epoch {self.last['probe_epoch_s']:.2f}s "
-              f"({time.perf_counter() - t0:.0f}s)", flush=True)
+        self.log(f"[{time.perf_counter() - t_start:6.0f}s] speed probe: epoch {self.last['probe_epoch_s']:.2f}s "
+                 f"({time.perf_counter() - t0:.0f}s)")
         return self.last
 
     def attach(self, recs: list[dict], t_start: float) -> None:
@@ -184,86 +183,151 @@ class _Prober:
             r.update(cols)
 
 
-def run(a, cfg: dict) -> int:
-    from sarlab.config import EngineConfig
-    from sarlab.graphs import load_graph
-    from sarlab.nn.model import ModelConfig
-    from sarlab.partition import is_partition_dir, partition
-    from sarlab.train import TrainConfig
+def cached_partition(cfg: EngineBenchConfig, workers: int, log: Callable[[str], None] = print) -> str:
+    """The cached METIS partition of the benchmark graph into ``workers`` parts (made on first use)."""
+    spec = cfg.graph_spec
+    key = hashlib.sha256(f"{spec}|{workers}|metis".encode()).hexdigest()[:12]
+    pdir = os.path.join(cfg.cache, f"{key}-n{workers}")
+    if not is_partition_dir(pdir):
+        log(f"generating {spec}; partitioning into {workers} parts -> {pdir}")
+        partition(load_graph(spec), workers, pdir, source=spec)
+    return pdir
 
-    from .jobs import Job
-    from .launcher import launch
 
-    spec = (f"synthetic:nodes={cfg['nodes']},degree={cfg['degree']},features={cfg['features']},"
-            f"classes={cfg['classes']},seed=0")
-    workers = [int(w) for w in str(cfg["workers"]).split(",")]
-    os.makedirs(a.out, exist_ok=True)
-    raw_path = os.path.join(a.out, f"{a.prefix}.csv")
-    graph = None
-    records = []
-    t_start = time.perf_counter()
-    from simulator.calibrate import cpu_model
+def run_engine_bench(cfg: EngineBenchConfig, log: Callable[[str], None] = print, manifests: str | None = None,
+                     progress_csv: str | None = None) -> pd.DataFrame:
+    """Run every configuration of ``cfg``; returns all metric records (one per rank and epoch).
 
+    ``manifests``: keep each partition's manifest there; ``progress_csv``: rewrite the records so far after every
+    configuration (a crash keeps what ran).
+    """
     machine = cpu_model()  # in every record: `sarlab simulate --validate` warns when the profile is another CPU's
-    probe = _Prober(a.cache, os.path.join(a.out, f"{a.prefix}_manifests")) if a.probe else None
-    if probe is not None:
-        probe.run(t_start)
-    for n in workers:
-        key = hashlib.sha256(f"{spec}|{n}|metis".encode()).hexdigest()[:12]
-        pdir = os.path.join(a.cache, f"{key}-n{n}")
-        if not is_partition_dir(pdir):
-            if graph is None:
-                print(f"generating {spec}", flush=True)
-                graph = load_graph(spec)
-            print(f"partitioning into {n} parts -> {pdir}", flush=True)
-            partition(graph, n, pdir, source=spec)
-        keep_manifest(pdir, os.path.join(a.out, f"{a.prefix}_manifests"))
-        for model_spec in a.models.split(","):
-            model, _, aggr = model_spec.partition("-")
-            modes = a.modes.split(",")
-            if n == 1:  # one worker: every mode takes the same single-shard path, measure it once
-                modes = modes[:1]
+    t_start = time.perf_counter()
+    prober = _Prober(cfg.cache, manifests, log) if cfg.probe else None
+    if prober is not None:
+        prober.run(t_start)
+    records: list[dict] = []
+    for n in cfg.workers:
+        pdir = cached_partition(cfg, n, log)
+        if manifests:
+            keep_manifest(pdir, manifests)
+        for model_spec in cfg.models:
+            modes = cfg.modes[:1] if n == 1 else cfg.modes  # one worker: every mode is the same single-shard path
             for mode_spec in modes:
-                mode, _, variant = mode_spec.partition("+")
-                if variant and model != "gat":
+                if mode_spec.partition("+")[2] and model_spec.partition("-")[0] != "gat":
                     continue
-                fused = variant == "fused"
-                mcfg = ModelConfig(model=model, layers=cfg["layers"], hidden=cfg["hidden"], aggr=aggr or "mean",
-                                   heads=a.heads, batchnorm=a.batchnorm)
-                ecfg = EngineConfig(mode=mode, prefetch=a.prefetch, fused=fused if model == "gat" else True)
-                label = model_spec
-                job = Job("train", pdir, mcfg, TrainConfig(epochs=cfg["epochs"], eval_every=0), ecfg,
-                          timeout_s=a.timeout, quiet=True, label=label)
-                t0 = time.perf_counter()
-                recs = launch(job, n)
-                for r in recs:
-                    r["mode"] = mode_spec
-                    r["machine"] = machine
-                if probe is not None:
-                    probe.attach(recs, t_start)
-                records += recs
-                df = pd.DataFrame(recs)
-                last = df[df.epoch == df.epoch.max()]
-                print(f"[{time.perf_counter() - t_start:6.0f}s] N={n} {model_spec:<9} {mode_spec:<10} epoch "
-                      f"{last.epoch_time_s.max():7.2f}s peak/worker above baseline "
-                      f"{(last.peak_mem_bytes - last.baseline_mem_bytes).max() / 2**20:8.1f} MiB "
-                      f"({time.perf_counter() - t0:.0f}s)", flush=True)
-                pd.DataFrame(records).to_csv(raw_path, index=False)  # progressive: a crash keeps what ran
-    df = pd.DataFrame(records)
-    summary = summarize(df)
-    summary.to_csv(os.path.join(a.out, f"{a.prefix}_summary.csv"), index=False)
+                for prefetch in cfg.prefetches if n > 1 else cfg.prefetches[:1]:  # one worker fetches nothing
+                    records += _run_one(cfg, pdir, n, model_spec, mode_spec, prefetch, machine, prober, t_start, log)
+                    if progress_csv:
+                        pd.DataFrame(records).to_csv(progress_csv, index=False)
+    return pd.DataFrame(records)
+
+
+def _run_one(cfg: EngineBenchConfig, pdir: str, n: int, model_spec: str, mode_spec: str, prefetch: int,
+             machine: str, prober: _Prober | None, t_start: float, log: Callable[[str], None]) -> list[dict]:
+    """One configuration: launch it and return its records (mode spelled as asked, machine, probes)."""
+    model, _, aggr = model_spec.partition("-")
+    mode, _, variant = mode_spec.partition("+")
+    mcfg = ModelConfig(model=model, layers=cfg.layers, hidden=cfg.hidden, aggr=aggr or "mean",
+                       heads=cfg.heads, batchnorm=cfg.batchnorm)
+    ecfg = EngineConfig(mode=mode, prefetch=prefetch, fused=variant == "fused" if model == "gat" else True)
+    job = Job("train", pdir, mcfg, TrainConfig(epochs=cfg.epochs, eval_every=0), ecfg,
+              timeout_s=cfg.timeout_s, quiet=True, label=model_spec, memory=cfg.memory)
+    t0 = time.perf_counter()
+    recs = launch(job, n, net=cfg.net, log=log)
+    for r in recs:
+        r["mode"] = mode_spec
+        r["machine"] = machine
+    if prober is not None:
+        prober.attach(recs, t_start)
+    last = pd.DataFrame(recs)
+    last = last[last.epoch == last.epoch.max()]
+    shown = f" prefetch {prefetch}" if len(cfg.prefetches) > 1 else ""
+    log(f"[{time.perf_counter() - t_start:6.0f}s] N={n} {model_spec:<9} {mode_spec:<10}{shown} epoch "
+        f"{last.epoch_time_s.max():7.2f}s peak/worker above baseline "
+        f"{(last.peak_mem_bytes - last.baseline_mem_bytes).max() / 2**20:8.1f} MiB "
+        f"({time.perf_counter() - t0:.0f}s)")
+    return recs
+
+
+def write_outputs(records: pd.DataFrame, cfg: EngineBenchConfig, out: str, prefix: str,
+                  command: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Write the records, summary, ratios, figure and Markdown; returns (summary, ratios)."""
+    os.makedirs(out, exist_ok=True)
+    records.to_csv(os.path.join(out, f"{prefix}.csv"), index=False)
+    summary = summary_table(records)
+    summary.to_csv(os.path.join(out, f"{prefix}_summary.csv"), index=False)
     rat = ratios(summary)
-    rat.to_csv(os.path.join(a.out, f"{a.prefix}_ratios.csv"), index=False)
-    title = (f"measured on {machine} ({os.cpu_count()} cores), {time.strftime('%Y-%m-%d')}: {spec}, "
-             f"{cfg['layers']} layers, hidden {cfg['hidden']}, gloo on loopback")
-    plot(summary, os.path.join(a.out, f"{a.prefix}.png"), title)
-    write_markdown(summary, rat, os.path.join(a.out, f"{a.prefix}.md"), title,
-                   "sarlab bench engine " + " ".join(a.argv))
+    rat.to_csv(os.path.join(out, f"{prefix}_ratios.csv"), index=False)
+    network = "loopback" if cfg.net == "loopback" else f"an emulated network ({cfg.net})"
+    title = (f"measured on {cpu_model()} ({usable_cores()} cores), {today()}: {cfg.graph_spec}, "
+             f"{cfg.layers} layers, hidden {cfg.hidden}, gloo on {network}")
+    plot_engine_bench(summary, os.path.join(out, f"{prefix}.png"), title)
+    write_markdown(summary, rat, os.path.join(out, f"{prefix}.md"), title, command)
+    return summary, rat
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sarlab bench engine", description=(
+        "Measure per-worker peak memory (above the post-setup baseline; --memory) and epoch time for N workers, every "
+        "mode and model, on a synthetic graph; writes <out>/<prefix>.csv (every record), <prefix>_summary.csv, "
+        "<prefix>_ratios.csv, <prefix>.png and <prefix>.md."))
+    p.add_argument("--quick", action="store_true", help="tiny graph, N=1,2 (a smoke test, seconds)")
+    full = EngineBenchConfig()
+    for key in SIZE_FIELDS:
+        value = getattr(full, key)
+        p.add_argument(f"--{key}", type=type(value), default=None,
+                       help=f"default {value} (quick: {getattr(QUICK, key)})")
+    p.add_argument("--workers", default=None, help="comma list of N (default 1,2,4,8; quick: 1,2)")
+    p.add_argument("--models", default="gcn,sage", help="comma list; gat, sage-max also accepted")
+    p.add_argument("--modes", default="sar,sa,oneshot", help="comma list; for gat also sar+fused")
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--batchnorm", action="store_true")
+    p.add_argument("--prefetch", default="1", help="ring rounds fetched ahead; a comma list runs each (default 1)")
+    add_net_arg(p)
+    add_memory_arg(p)
+    p.add_argument("--out", default=DEFAULT_OUT, help="output directory (default %(default)s, not committed; "
+                   "pass --out results to update the committed results)")
+    p.add_argument("--prefix", default="engine_scaling", help="output file prefix (default %(default)s)")
+    p.add_argument("--cache", default=full.cache, help="partition cache directory (default %(default)s)")
+    p.add_argument("--timeout", type=float, default=600.0, help="per-wait timeout of workers (s)")
+    p.add_argument("--json", help="write the summary rows here")
+    p.add_argument("--probe", action="store_true",
+                   help="run the simulator's speed probe (a fixed 1-worker GCN run, 10-30 s) before the first and "
+                        "after every configuration and add its epoch time to the records (probe_* columns), so "
+                        "`sarlab simulate --validate` can follow the machine's speed drift")
+    return p
+
+
+def config_from_args(a: argparse.Namespace) -> EngineBenchConfig:
+    """The :class:`EngineBenchConfig` the arguments describe (``--quick`` changes the size defaults)."""
+    base = QUICK if a.quick else EngineBenchConfig()
+    sizes = {k: getattr(a, k) for k in SIZE_FIELDS if getattr(a, k) is not None}
+    workers = tuple(int(w) for w in a.workers.split(",")) if a.workers else base.workers
+    prefetches = tuple(int(k) for k in a.prefetch.split(","))
+    prefetch = prefetches if len(prefetches) > 1 else prefetches[0]
+    for n in workers:
+        a.net.hosts_for(n)  # every N fits the network spec, before the first configuration runs
+    cfg = replace(base, **sizes, workers=workers, models=tuple(a.models.split(",")), modes=tuple(a.modes.split(",")),
+                  heads=a.heads, batchnorm=a.batchnorm, prefetch=prefetch, timeout_s=a.timeout, cache=a.cache,
+                  probe=a.probe, net=str(a.net), memory=a.memory)
+    return cfg
+
+
+@interruptible
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[3:] if argv is None else argv)
+    a = build_parser().parse_args(argv)
+    cfg = config_from_args(a)
+    preflight(max(cfg.workers), a.net)
+    os.makedirs(a.out, exist_ok=True)
+    records = run_engine_bench(cfg, manifests=os.path.join(a.out, f"{a.prefix}_manifests"),
+                               progress_csv=os.path.join(a.out, f"{a.prefix}.csv"))
+    summary, rat = write_outputs(records, cfg, a.out, a.prefix, "sarlab bench engine " + " ".join(argv))
     print(summary.to_string(index=False))
     print(rat.to_string(index=False))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"summary": summary.to_dict("records"), "ratios": rat.to_dict("records")}, f, indent=1)
+    print(f"outputs: {os.path.abspath(a.out)}/{a.prefix}*")
+    write_json(a.json, {"summary": summary.to_dict("records"), "ratios": rat.to_dict("records")})
     return 0
 
 

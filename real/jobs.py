@@ -3,17 +3,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sarlab.config import EngineConfig
+from sarlab.config import EngineConfig, SamplingConfig
+from sarlab.memory import METHODS as MEMORY_METHODS
 from sarlab.nn.model import ModelConfig
 from sarlab.train import TrainConfig
+from sarlab.validate_data import check_int, check_real
 
 JOB_KINDS = ("train", "verify")
-FAULT_KINDS = ("raise", "sigkill", "hang")
+FAULT_KINDS = ("raise", "sigkill", "hang", "cut")
 
 
 @dataclass(frozen=True)
 class Fault:
-    """Deliberate failure for testing fault handling: ``kind`` on ``rank`` at the start of ``epoch``."""
+    """Deliberate failure for testing fault handling: ``kind`` on ``rank`` at the start of ``epoch``.
+
+    Kinds: ``raise`` (an exception), ``sigkill`` (the process dies), ``hang`` (it stops answering), ``cut`` (its
+    host's network link goes down; needs an emulated network).
+    """
 
     rank: int
     epoch: int
@@ -25,7 +31,9 @@ class Fault:
             rank, epoch, kind = text.split(":")
             fault = cls(int(rank), int(epoch), kind)
         except ValueError as err:
-            raise ValueError(f"fault must be RANK:EPOCH:KIND, got {text!r}") from err
+            raise ValueError(f"fault must be RANK:EPOCH:KIND (e.g. 1:2:cut), got {text!r}") from err
+        if fault.rank < 0 or fault.epoch < 0:
+            raise ValueError(f"fault rank and epoch must be >= 0, got {text!r}")
         if fault.kind not in FAULT_KINDS:
             raise ValueError(f"fault kind must be one of {', '.join(FAULT_KINDS)}, got {fault.kind!r}")
         return fault
@@ -50,6 +58,13 @@ class Job:
         variants: for ``verify``: several (model, engine, dtype) to check in one process group.
         memray_dir: if set, every rank records its allocations with memray into ``rank{r}.bin`` there
             (from after set-up to the end of training).
+        net: the network the ranks talk over, as a spec (set by the launcher; ``env`` under torchrun); copied
+            into every metric record's ``net`` column.
+        memory: peak-memory method of the workers, ``live`` (counting allocator with a bounded block cache:
+            fast) or ``rss`` (VmHWM with every large tensor on fresh pages: exact, slower); see
+            :mod:`sarlab.memory`. Recorded in every record's ``mem_method`` column.
+        sampling: train on sampled mini-batches (``--mode sampling``, :mod:`sarlab.minibatch`) instead of full-batch
+            ``engine.mode``; the exact engine then only evaluates.
     """
 
     kind: str
@@ -65,6 +80,22 @@ class Job:
     label: str = ""
     variants: tuple = ()
     memray_dir: str | None = None
+    net: str = "loopback"
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    resume_dir: str | None = None
+    save_model: str | None = None
+    predict: str | None = None
+    force: bool = False
+    memory: str = "live"
+    sampling: SamplingConfig | None = None
+
+    def __post_init__(self):
+        check_real("timeout", self.timeout_s, 0.0, inclusive=False)
+        check_int("threads", self.threads, 0)
+        check_int("checkpoint_every (0: at the end only)", self.checkpoint_every, 0)
+        if self.memory not in MEMORY_METHODS:
+            raise ValueError(f"memory method must be one of {', '.join(MEMORY_METHODS)}, got {self.memory!r}")
 
     def all_variants(self) -> tuple:
         """``(ModelConfig, EngineConfig, dtype)`` triples a verify job runs (default: the job's own)."""

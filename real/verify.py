@@ -1,6 +1,7 @@
 """``sarlab verify``: distributed outputs and gradients against a single-process PyG reference."""
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import tempfile
@@ -8,13 +9,28 @@ from dataclasses import dataclass
 
 import torch
 
+from sarlab.config import MODES
 from sarlab.graphs import Graph
 from sarlab.nn.model import GNN
 from sarlab.partition import partition
 from sarlab.reference import reference_step
-from sarlab.train import DTYPES
+from sarlab.train import DTYPES, TrainConfig
 
-from .launcher import launch
+from .jobs import Job
+from .launcher import launch, preflight
+from .lifecycle import interruptible
+from .netspec import NetSpec
+from .options import (
+    EPILOG,
+    add_engine_args,
+    add_model_args,
+    add_net_arg,
+    engine_config,
+    load_source,
+    model_config,
+    progress,
+    write_json,
+)
 
 DEFAULT_TOL = {"float32": 1e-5, "float64": 1e-10}
 
@@ -78,19 +94,18 @@ def compare(worker_results: list, ref: dict, label: str, dtype: str, tol: float)
 
 def verify(graph: Graph, workers: int, variants: list, method: str = "metis", tol: float | None = None,
            backend: str = "gloo", timeout_s: float = 60.0, progress=print,
-           conditioning: bool = False) -> list[Comparison]:
+           conditioning: bool = False, net: NetSpec | str | None = None) -> list[Comparison]:
     """Partition ``graph``, run every (ModelConfig, EngineConfig, dtype) variant on ``workers`` processes
     in one process group, and compare each against the PyG reference.
+
+    ``net``: the network the workers talk over (``loopback`` or ``veth:rate=R[,hosts=H]``, see
+    :mod:`real.netspec`); the numbers must not depend on it.
 
     ``conditioning``: measure the reference's own rounding sensitivity and allow 10x of it (for
     ill-conditioned cases such as a saturated attention softmax): in fp32, the distance between the fp32
     and fp64 PyG references; in fp64, how far the fp64 reference moves when every weight is perturbed by
     about one unit in the last place.
     """
-    from sarlab.train import TrainConfig
-
-    from .jobs import Job
-
     tmp = tempfile.mkdtemp(prefix="sarlab-verify-")
     try:
         pdir = os.path.join(tmp, "parts")
@@ -99,7 +114,7 @@ def verify(graph: Graph, workers: int, variants: list, method: str = "metis", to
         job = Job("verify", pdir, model0, TrainConfig(dtype=dtype0), engine0, backend=backend,
                   timeout_s=timeout_s, variants=tuple(variants))
         progress(f"verify: {len(variants)} configuration(s) on {workers} worker(s), graph {graph.name}")
-        gathered = launch(job, workers)
+        gathered = launch(job, workers, net=net, log=progress)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     out = []
@@ -146,3 +161,42 @@ def format_table(rows: list[Comparison]) -> str:
         lines.append(f"{c.label:<34} {c.dtype:<8} {c.output_err:9.2e} {c.grad_err:9.2e} {c.loss_err:9.2e} "
                      f"{c.bound:7.0e}  {'ok' if c.ok else 'FAIL (worst: ' + c.worst_param + ')'}")
     return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sarlab verify", description="Compare every worker's outputs and every "
+                                "parameter gradient with a single-process PyG model with the same weights; exits 1 "
+                                "above tolerance.",
+                                epilog=EPILOG + " --model takes a comma list; sage-max / sage-pool select the SAGE "
+                                "aggregator.")
+    p.add_argument("--graph", required=True, help="graph spec")
+    p.add_argument("--workers", type=int, default=2)
+    add_model_args(p, {"layers": 2, "hidden": 16})
+    add_engine_args(p)
+    p.set_defaults(mode="all")
+    p.add_argument("--method", default="metis", choices=["metis", "random"])
+    add_net_arg(p)
+    p.add_argument("--tol", type=float, help="max relative error allowed (default 1e-5 fp32, 1e-10 fp64)")
+    p.add_argument("--json", help="write the comparison rows here")
+    return p
+
+
+@interruptible
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    preflight(a.workers, a.net, timeout_s=a.timeout)  # before the graph is loaded or partitioned
+    modes = MODES if a.mode == "all" else a.mode.split(",")
+    graph = load_source(a.graph)
+    variants = []
+    for mode in modes:
+        for model in a.model.split(","):
+            model_name, _, aggr = model.partition("-")  # sage-max: model sage with aggregator max
+            variants.append((model_config(a, model=model_name, aggr=aggr or a.aggr), engine_config(a, mode),
+                             a.dtype))
+    rows = verify(graph, a.workers, variants, method=a.method, tol=a.tol, backend=a.backend, timeout_s=a.timeout,
+                  progress=progress, net=a.net)
+    print(format_table(rows))
+    worst = max(r.max_err for r in rows)
+    print(f"max relative error {worst:.3e} ({'ok' if all(r.ok for r in rows) else 'ABOVE TOLERANCE'})")
+    write_json(a.json, [r.__dict__ | {"max_err": r.max_err, "ok": r.ok} for r in rows])
+    return 0 if all(r.ok for r in rows) else 1

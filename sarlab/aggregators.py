@@ -4,24 +4,47 @@ An aggregator streams shards into a running state (``init`` / ``accumulate``), t
 output (``finalize``), and gives each shard's share of the gradient from the final statistics
 (``shard_vjp``), so that a shard can be rematerialized alone in the backward pass. ``linear``
 aggregators (sum or mean of copied source rows) are SAR's *case 1*: their source gradient is
-``A_q^T scale(grad_out)`` and needs no source features, so nothing is re-fetched.
+``A_q^T scale(grad_out)`` and needs no source features, so nothing is re-fetched. ``max`` streams through
+the kernels' running max (``kernels.csr_max_shard`` / ``kernels.csr_max_backward``), which write no
+per-edge tensor for copied rows.
 
 The extension point for new layers is :class:`Aggregation` with a ``message`` function.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 
+import kernels
+
+from . import phases
 from .shards import Shard
 
 REDUCES = ("sum", "mean", "max")
 
 
-def _rows(index: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-    """Expand an edge->row index to the shape of a per-edge tensor (for scatter_reduce)."""
-    return index.view(-1, *([1] * (len(shape) - 1))).expand(shape)
+@phases.tagged("graph_structure")
+def shard_transpose(shard: Shard, backend: str | None) -> kernels.Transpose | None:
+    """The shard's CSC (per source row, the destinations it feeds) for the C++ backward kernels, built once
+    and cached on the shard; None when ``backend`` resolves to torch, whose kernels need none.
+
+    Args:
+        shard: the shard.
+        backend: ``cpp``, ``torch``, ``auto`` or None (see :func:`kernels.backend`).
+    """
+    if kernels.backend(backend) != "cpp":
+        return None
+    transpose = shard.cache.get("csc")
+    if transpose is None:
+        transpose = shard.cache["csc"] = kernels.csr_transpose(shard.rowptr, shard.src, shard.num_src, "cpp")
+    return transpose
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """``[n, ...]`` as ``[n, F]`` (a view when ``t`` is contiguous)."""
+    return t.reshape(t.shape[0], math.prod(t.shape[1:]))
 
 
 class Aggregation:
@@ -32,16 +55,24 @@ class Aggregation:
     gives 0 for nodes without in-edges and splits the gradient evenly among tied maxima, as
     ``torch.scatter_reduce(..., 'amax')`` (PyG's max aggregation) does.
 
+    ``max`` keeps, per node and feature, the running max and how many in-edges attain it (int32), updated
+    in place by ``kernels.csr_max_shard``; its forward runs with autograd off (the engine's Functions call
+    ``accumulate`` inside their forward). Without a message its backward is ``kernels.csr_max_backward``
+    over the shard's edges; with one it goes through :meth:`surrogate`.
+
     Args:
         reduce: ``sum``, ``mean`` or ``max``.
         message: optional ``f(x_j [E, ...], x_i [E, ...] or None, params) -> [E, ...]``; must be
             differentiable; rows are gathered per edge by the engine.
+        backend: kernels backend of ``max``: ``cpp``, ``torch``, ``auto`` or None (see
+            :func:`kernels.backend`); layers pass their engine config's ``kernels``.
     """
 
-    def __init__(self, reduce: str = "sum", message: Callable | None = None):
+    def __init__(self, reduce: str = "sum", message: Callable | None = None, backend: str | None = None):
         if reduce not in REDUCES:
             raise ValueError(f"unknown reduce {reduce!r}: choose one of {', '.join(REDUCES)}")
         self.reduce, self.message = reduce, message
+        self.backend = None if backend == "auto" else backend  # None: $SARLAB_KERNELS decides
         self.linear = message is None and reduce in ("sum", "mean")
 
     # --- messages -------------------------------------------------------------------------------
@@ -63,8 +94,8 @@ class Aggregation:
         else:  # probe the message shape on zero edges
             tail = self._messages(_empty_like_shard(shard), src_x[:0], dst_x, params).shape[1:]
         if self.reduce == "max":
-            return [torch.full((num_dst, *tail), -torch.inf, dtype=src_x.dtype),
-                    torch.zeros((num_dst, *tail), dtype=src_x.dtype)]
+            best, count = kernels.empty_max_state(num_dst, math.prod(tail), src_x)
+            return [best.view(num_dst, *tail), count.view(num_dst, *tail)]
         return [torch.zeros((num_dst, *tail), dtype=src_x.dtype)]
 
     def accumulate(self, state: list, shard: Shard, rows: torch.Tensor, dst_x, params) -> list:
@@ -72,15 +103,18 @@ class Aggregation:
             return state
         if self.linear:
             return [shard.spmm(rows, out=state[0])]
+        if self.reduce == "max":
+            if self.message is None:  # copied rows: the kernel reads them through the shard's columns
+                values, columns = rows, shard.src
+            else:  # one message per edge, in the shard's (destination-sorted) edge order
+                values = self._messages(shard, rows, dst_x, params)
+                columns = torch.arange(shard.num_edges, dtype=torch.long)
+            best, count = state
+            kernels.csr_max_shard(shard.rowptr, columns, _flat(values), (_flat(best), _flat(count)),
+                                  backend=self.backend, inplace=True)
+            return state
         msg = self._messages(shard, rows, dst_x, params)
-        if self.reduce != "max":
-            return [state[0].index_add(0, shard.dst, msg)]
-        best, count = state
-        shard_max = torch.full_like(best, -torch.inf).scatter_reduce(0, _rows(shard.dst, msg.shape), msg, "amax")
-        ties = torch.zeros_like(count).index_add_(0, shard.dst, (msg == shard_max[shard.dst]).to(count.dtype))
-        new = torch.maximum(best, shard_max)
-        count = torch.where(best == new, count, 0) + torch.where(shard_max == new, ties, 0)
-        return [new, count]
+        return [state[0].index_add(0, shard.dst, msg)]
 
     def finalize(self, graph, state: list, dst_x, params) -> tuple[torch.Tensor, tuple]:
         if self.reduce == "sum":
@@ -113,6 +147,12 @@ class Aggregation:
         """Gradients of this shard's contribution: (rows, dst_x or None, params)."""
         if self.linear:
             return shard.spmm(self.linear_scale(graph, grad_out), transpose=True), None, ()
+        if self.reduce == "max" and self.message is None:
+            best, count = saved
+            grad_rows = kernels.csr_max_backward(shard.rowptr, shard.src, _flat(rows), _flat(best), _flat(count),
+                                                 _flat(grad_out), backend=self.backend,
+                                                 transpose=shard_transpose(shard, self.backend))
+            return grad_rows.view(rows.shape), None, ()
         return vjp_via_surrogate(self, graph, saved, out, shard, rows, dst_x, params, grad_out)
 
 

@@ -5,6 +5,15 @@ arrays (loaded with ``allow_pickle=False``; nothing is ever unpickled). Part ``p
 node ids ``node_ranges[p] = [start, end)``. Its in-edges (destination owned by ``p``) are grouped by the
 source's owner ``q`` into shards; the source index of a remote shard points into ``recv_rows`` of ``q``
 (the sorted local rows of ``q`` that ``p`` needs), the one of the local shard into ``p``'s own rows.
+
+A typed (heterogeneous) graph's parts also hold ``node_type`` (per row) and ``edge_type`` (the relation of each
+in-edge, in ``edge_src`` order), and its manifest names the types and relations (``num_relations``,
+``relation_names``, ``num_node_types``, ``node_type_names``, ``edges_per_relation``); a manifest without
+``num_relations`` is an untyped partition (one relation), as every partition written before types existed.
+
+The manifest carries the sha256 of every array file and of its own content (``manifest_sha256``), so no
+field or file can be edited without the loader noticing. Writing never deletes what sarlab did not write:
+an existing output directory is replaced only when it is a sarlab partition and ``force`` is given.
 """
 from __future__ import annotations
 
@@ -14,19 +23,27 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from .graphs import Graph
+from .validate_data import InputError, check_class_count, check_graph, check_manifest_fields, check_part_arrays
 
 FORMAT_VERSION = 1
 PART_ARRAYS = ("features", "labels", "train_mask", "val_mask", "test_mask", "orig_ids", "edge_src", "edge_dst",
                "edge_ptr", "recv_rows", "recv_ptr", "send_rows", "send_ptr")
+#: the extra arrays of a typed (heterogeneous) graph's parts: node type per row, relation per in-edge
+TYPED_ARRAYS = ("node_type", "edge_type")
 
 
-class PartitionError(ValueError):
+class PartitionError(InputError):
     """A partition directory is missing, corrupt, or does not fit the requested run."""
+
+
+class UnverifiedManifestWarning(UserWarning):
+    """A manifest written before manifests carried their own checksum: its fields cannot be verified."""
 
 
 def assign_parts(graph: Graph, num_parts: int, method: str = "metis", seed: int = 0) -> np.ndarray:
@@ -40,16 +57,16 @@ def assign_parts(graph: Graph, num_parts: int, method: str = "metis", seed: int 
     """
     n = graph.num_nodes
     if num_parts < 1:
-        raise ValueError(f"number of parts must be >= 1, got {num_parts}")
+        raise InputError(f"number of parts must be >= 1, got {num_parts}")
     if num_parts > n:
-        raise ValueError(f"cannot split {n} nodes into {num_parts} parts")
+        raise InputError(f"cannot split {n} nodes into {num_parts} parts")
     if num_parts == 1:
         return np.zeros(n, dtype=np.int64)
     if method == "random":
         rng = np.random.default_rng(seed)
         return rng.permutation(np.arange(n) % num_parts).astype(np.int64)
     if method != "metis":
-        raise ValueError(f"unknown partition method {method!r}: use 'metis' or 'random'")
+        raise InputError(f"unknown partition method {method!r}: use 'metis' or 'random'")
     import pymetis
 
     key = np.concatenate([graph.src * n + graph.dst, graph.dst * n + graph.src])
@@ -78,25 +95,120 @@ def _sha256(path: str) -> str:
     return digest.hexdigest()
 
 
+def manifest_digest(manifest: dict) -> str:
+    """sha256 of a manifest's content without its ``manifest_sha256`` field (canonical JSON: sorted keys)."""
+    body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _read_json(path: str):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+
+
+def foreign_entries(path: str) -> list[str] | None:
+    """Entries of ``path`` that a sarlab partition does not hold; None when ``path`` is no sarlab partition.
+
+    A sarlab partition holds ``manifest.json`` and ``part<p>/`` folders with only the files its manifest lists.
+    """
+    manifest = _read_json(os.path.join(path, "manifest.json"))
+    if not isinstance(manifest, dict) or not {"format_version", "files", "node_ranges"} <= set(manifest):
+        return None
+    listed = set(manifest["files"]) if isinstance(manifest["files"], dict) else set()
+    foreign = []
+    for entry in sorted(os.listdir(path)):
+        full = os.path.join(path, entry)
+        if entry == "manifest.json":
+            continue
+        if entry.startswith("part") and entry[4:].isdigit() and os.path.isdir(full) and not os.path.islink(full):
+            foreign += [f"{entry}/{f}" for f in sorted(os.listdir(full)) if f"{entry}/{f}" not in listed]
+        else:
+            foreign.append(entry)
+    return foreign
+
+
+def check_output_dir(out_dir: str, force: bool = False) -> str:
+    """Decide whether a partition may be written to ``out_dir``: ``"new"`` (absent or empty) or
+    ``"replace"`` (a sarlab partition, and ``force``); anything else raises :class:`PartitionError`.
+
+    Nothing sarlab did not write is ever deleted: a file, a link, a non-empty directory that is not a sarlab
+    partition, or a partition holding other files, is refused even with ``force``.
+    """
+    if os.path.islink(out_dir):
+        raise PartitionError(f"output {out_dir!r} is a symbolic link; give the directory itself or a new path")
+    if not os.path.exists(out_dir):
+        return "new"
+    if not os.path.isdir(out_dir):
+        raise PartitionError(f"output {out_dir!r} is a file, not a directory; choose a new directory path")
+    if not os.listdir(out_dir):
+        return "new"
+    foreign = foreign_entries(out_dir)
+    if foreign is None:
+        raise PartitionError(f"output directory {out_dir!r} exists, is not empty and is not a sarlab partition; "
+                             "refusing to touch it: choose a new or empty directory")
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else "")
+        raise PartitionError(f"output directory {out_dir!r} is a sarlab partition but also holds files sarlab did "
+                             f"not write ({shown}); refusing to replace it: move them or choose another directory")
+    if not force:
+        raise PartitionError(f"output directory {out_dir!r} already holds a sarlab partition; pass --force "
+                             "(force=True) to replace it, or choose another directory")
+    return "replace"
+
+
+def _install(tmp: str, out_dir: str, force: bool) -> None:
+    """Move the finished partition ``tmp`` to ``out_dir``: a rename, or for a replacement two renames (old
+    partition aside, new one in) and then the old one deleted; at every instant one whole partition exists."""
+    if check_output_dir(out_dir, force) == "new":
+        os.replace(tmp, out_dir)  # rename(2) also replaces an empty directory
+        return
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    old = tempfile.mkdtemp(prefix=".partition-old-", dir=parent)
+    os.replace(out_dir, old)
+    try:
+        os.replace(tmp, out_dir)
+    except BaseException:
+        os.replace(old, out_dir)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def write_partition(graph: Graph, parts: np.ndarray, out_dir: str, source: str = "", method: str = "metis",
-                    seed: int = 0, progress=None) -> dict:
+                    seed: int = 0, progress=None, force: bool = False) -> dict:
     """Renumber nodes part by part and write the partition directory; returns the manifest.
 
     Written into a temporary sibling directory and renamed at the end, so a failure never leaves a
-    half-written partition behind.
+    half-written partition behind. ``out_dir`` must be new or empty, or a sarlab partition with ``force``
+    (see :func:`check_output_dir`).
     """
+    check_output_dir(out_dir, force)
+    check_graph(graph)
+    return _write_checked(graph, parts, out_dir, source, method, seed, progress, force)
+
+
+def _write_checked(graph: Graph, parts: np.ndarray, out_dir: str, source: str, method: str, seed: int, progress,
+                   force: bool) -> dict:
+    """:func:`write_partition` of a graph that passed :func:`~sarlab.validate_data.check_graph`."""
+    if parts.shape != (graph.num_nodes,) or (parts.size and parts.min() < 0):
+        raise InputError(f"part assignment must give each of the {graph.num_nodes} nodes a part id >= 0")
     num_parts = int(parts.max()) + 1 if parts.size else 1
     n = graph.num_nodes
     order = np.argsort(parts, kind="stable")  # new id -> old id
     new_id = np.empty(n, dtype=np.int64)
     new_id[order] = np.arange(n)
     counts = np.bincount(parts, minlength=num_parts)
+    if (counts == 0).any():
+        raise PartitionError(f"part(s) {np.flatnonzero(counts == 0).tolist()} would be empty; use fewer parts")
     starts = np.concatenate([[0], np.cumsum(counts)])
     src, dst = new_id[graph.src], new_id[graph.dst]
     src_part, dst_part = parts[graph.src], parts[graph.dst]
     # group edges by (dst part, src part, dst, src)
     edge_order = np.lexsort((src, dst, src_part, dst_part))
     src, dst, src_part, dst_part = src[edge_order], dst[edge_order], src_part[edge_order], dst_part[edge_order]
+    etype = graph.edge_type[edge_order] if graph.typed else None
     group = dst_part * num_parts + src_part
     group_ptr = np.searchsorted(group, np.arange(num_parts * num_parts + 1))
     edges_per_shard = np.diff(group_ptr).reshape(num_parts, num_parts)
@@ -133,6 +245,8 @@ def write_partition(graph: Graph, parts: np.ndarray, out_dir: str, source: str =
                 "orig_ids": old.astype(np.int64),
                 "edge_src": edge_src.astype(np.int64),
                 "edge_dst": (dst[lo:hi] - starts[p]).astype(np.int64),
+                **({"node_type": graph.node_type[old].astype(np.int64), "edge_type": etype[lo:hi].astype(np.int64)}
+                   if graph.typed else {}),
                 "edge_ptr": (group_ptr[p * num_parts:(p + 1) * num_parts + 1] - lo).astype(np.int64),
                 "recv_rows": np.concatenate(recv_lists).astype(np.int64),
                 "recv_ptr": np.concatenate([[0], np.cumsum([r.size for r in recv_lists])]).astype(np.int64),
@@ -162,28 +276,46 @@ def write_partition(graph: Graph, parts: np.ndarray, out_dir: str, source: str =
             "edges_per_shard": edges_per_shard.tolist(),
             "halo_rows": halo_rows,
             "train_nodes": int(graph.train_mask.sum()),
+            **(typed_manifest_fields(graph) if graph.typed else {}),
             "files": files,
         }
+        manifest["manifest_sha256"] = manifest_digest(manifest)
         with open(os.path.join(tmp, "manifest.json"), "w") as f:
             json.dump(manifest, f, indent=1)
-        if os.path.exists(out_dir):
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
+        _install(tmp, out_dir, force)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return manifest
 
 
+def typed_manifest_fields(graph: Graph) -> dict:
+    """The manifest fields of a typed graph: its node types and relations, and the edges of each relation."""
+    return {"num_node_types": len(graph.node_type_names), "node_type_names": list(graph.node_type_names),
+            "num_relations": graph.num_relations, "relation_names": list(graph.relation_names),
+            "edges_per_relation": np.bincount(graph.edge_type, minlength=graph.num_relations).astype(int).tolist()}
+
+
+def part_array_names(manifest: dict) -> tuple[str, ...]:
+    """The arrays every part of this partition holds (a typed one also ``node_type`` and ``edge_type``)."""
+    return PART_ARRAYS + (TYPED_ARRAYS if "num_relations" in manifest else ())
+
+
 def partition(graph: Graph, num_parts: int, out_dir: str, method: str = "metis", seed: int = 0,
-              source: str = "", progress=None) -> dict:
-    """Assign, renumber and write ``graph`` as ``num_parts`` parts into ``out_dir``; returns the manifest."""
+              source: str = "", progress=None, force: bool = False) -> dict:
+    """Assign, renumber and write ``graph`` as ``num_parts`` parts into ``out_dir``; returns the manifest.
+
+    ``out_dir`` must be new or empty, or hold a sarlab partition and ``force`` be given (checked first,
+    before any compute; see :func:`check_output_dir`).
+    """
+    check_output_dir(out_dir, force)
+    check_graph(graph)
     t0 = time.perf_counter()
     parts = assign_parts(graph, num_parts, method, seed)
     if progress:
         progress(f"{method} assignment of {graph.num_nodes} nodes into {num_parts} parts: "
                  f"{time.perf_counter() - t0:.1f}s")
-    return write_partition(graph, parts, out_dir, source=source, method=method, seed=seed, progress=progress)
+    return _write_checked(graph, parts, out_dir, source, method, seed, progress, force)
 
 
 def is_partition_dir(path: str) -> bool:
@@ -191,7 +323,12 @@ def is_partition_dir(path: str) -> bool:
 
 
 def load_manifest(path: str) -> dict:
-    """Read and sanity-check ``manifest.json`` of a partition directory."""
+    """Read ``manifest.json`` of a partition directory and check its checksum and the consistency of its fields.
+
+    A manifest without ``manifest_sha256`` (written by sarlab before it had one) is accepted with an
+    :class:`UnverifiedManifestWarning`: its array files are still sha256-checked and its fields checked
+    against each other and against the arrays, but a consistent hand edit would pass.
+    """
     mpath = os.path.join(path, "manifest.json")
     if not os.path.isfile(mpath):
         raise PartitionError(f"{path!r} is not a partition directory: {mpath} is missing "
@@ -204,6 +341,16 @@ def load_manifest(path: str) -> dict:
     if manifest.get("format_version") != FORMAT_VERSION:
         raise PartitionError(f"{mpath}: format version {manifest.get('format_version')!r}, this sarlab reads "
                              f"{FORMAT_VERSION}; re-create the partition")
+    if "manifest_sha256" not in manifest:
+        warnings.warn(f"{mpath} has no checksum of its own (written by an older sarlab): its fields cannot be "
+                      "verified; re-create the partition to protect them", UnverifiedManifestWarning, stacklevel=2)
+    elif manifest["manifest_sha256"] != manifest_digest(manifest):
+        raise PartitionError(f"{mpath} was edited after sarlab wrote it (its manifest_sha256 does not match its "
+                             "content); re-create the partition rather than editing the manifest")
+    try:
+        check_manifest_fields(manifest, PART_ARRAYS, mpath)
+    except InputError as err:
+        raise PartitionError(str(err)) from None
     return manifest
 
 
@@ -233,6 +380,7 @@ class Partition:
     num_nodes_global: int
     feature_dim: int
     arrays: dict
+    num_relations: int = 1
 
     @property
     def num_nodes(self) -> int:
@@ -246,11 +394,48 @@ def load_part(path: str, part: int, manifest: dict | None = None, verify: bool =
         raise PartitionError(f"part {part} requested but {path} has {manifest['num_parts']} parts")
     if verify:
         verify_files(path, manifest, [part])
-    arrays = {name: np.load(os.path.join(path, f"part{part}/{name}.npy"), allow_pickle=False)
-              for name in PART_ARRAYS}
+    arrays = {}
+    for name in part_array_names(manifest):
+        full = os.path.join(path, f"part{part}/{name}.npy")
+        try:
+            arrays[name] = np.load(full, allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise PartitionError(f"partition file unreadable: {full} ({err}); re-create the partition") from err
+    try:
+        check_part_arrays(arrays, manifest, part, f"{path} part {part}")
+    except InputError as err:
+        raise PartitionError(str(err)) from None
     start, end = manifest["node_ranges"][part]
     return Partition(part, manifest["num_parts"], start, end, manifest["num_classes"], manifest["train_nodes"],
-                     manifest["num_nodes"], manifest["feature_dim"], arrays)
+                     manifest["num_nodes"], manifest["feature_dim"], arrays, manifest.get("num_relations", 1))
+
+
+def check_partition(path: str, manifest: dict | None = None) -> dict:
+    """Load and check every part of a partition directory before compute; returns the manifest.
+
+    Per part: files exist and match their sha256, arrays agree with the manifest (see :func:`load_part`).
+    Across parts: ``orig_ids`` number every node once, the train split has ``train_nodes`` nodes, and the
+    class count is not inflated by an outlier label.
+    """
+    manifest = manifest or load_manifest(path)
+    n = manifest["num_nodes"]
+    seen = np.zeros(n, dtype=bool)
+    train, labels = 0, []
+    for p in range(manifest["num_parts"]):
+        a = load_part(path, p, manifest).arrays
+        seen[a["orig_ids"]] = True
+        train += int(a["train_mask"].sum())
+        labels.append(np.unique(a["labels"]))
+    if not seen.all():
+        raise PartitionError(f"{path}: orig_ids miss {int((~seen).sum())} of {n} nodes; re-create the partition")
+    if train != manifest["train_nodes"]:
+        raise PartitionError(f"{path}: the parts hold {train} train nodes, the manifest says "
+                             f"{manifest['train_nodes']}; re-create the partition")
+    try:
+        check_class_count(np.unique(np.concatenate(labels)), manifest["num_classes"], path)
+    except InputError as err:
+        raise PartitionError(str(err)) from None
+    return manifest
 
 
 def report(manifest: dict) -> str:
@@ -268,6 +453,9 @@ def report(manifest: dict) -> str:
              f"(max/mean {sizes.max() / sizes.mean():.3f}); in-edges per part max/mean "
              f"{eps.sum(1).max() / max(eps.sum(1).mean(), 1):.3f}",
              f"halo rows: total {int(halo.sum())} ({halo.sum() / max(manifest['num_nodes'], 1):.2f} x nodes)"]
+    if "num_relations" in manifest:
+        lines.append(f"{manifest['num_relations']} relations, edges: " + ", ".join(
+            f"{name} {count}" for name, count in zip(manifest["relation_names"], manifest["edges_per_relation"])))
     if p <= 16:
         lines.append("halo rows [needed by row part, owned by column part]:")
         width = max(6, len(str(int(halo.max()))) + 1)

@@ -15,9 +15,14 @@ from .nn.functional import dropout_by_id
 from .nn.model import GNN
 
 
-def _pyg_conv(conv: nn.Module, model: str):
+def _pyg_conv(conv: nn.Module, model: str, fast_rgcn: bool = False):
     import torch_geometric.nn as pyg
 
+    if model == "rgcn":
+        kind = pyg.FastRGCNConv if fast_rgcn else pyg.RGCNConv
+        ref = kind(conv.in_channels, conv.out_channels, conv.num_relations, num_bases=conv.num_bases,
+                   bias=conv.bias is not None)
+        return ref, {name: name for name, _ in conv.named_parameters()}
     if model == "gcn":
         ref = pyg.GCNConv(conv.lin.in_features, conv.lin.out_features)
         mapping = {"lin.weight": "lin.weight", "bias": "bias"}
@@ -37,15 +42,19 @@ def _pyg_conv(conv: nn.Module, model: str):
 
 
 class ReferenceModel(nn.Module):
-    """PyG twin of a sarlab :class:`GNN` (same weights, same dropout masks, full-graph BatchNorm)."""
+    """PyG twin of a sarlab :class:`GNN` (same weights, same dropout masks, full-graph BatchNorm).
 
-    def __init__(self, model: GNN, dtype: torch.dtype = torch.float32):
+    R-GCN layers become PyG's ``RGCNConv`` (``fast_rgcn``: ``FastRGCNConv``, which computes per-edge messages
+    ``W_r x_j`` instead of aggregating first); their forward takes the relation of every edge.
+    """
+
+    def __init__(self, model: GNN, dtype: torch.dtype = torch.float32, fast_rgcn: bool = False):
         super().__init__()
         self.cfg = model.cfg
         self.convs = nn.ModuleList()
         self.mappings = []
         for conv in model.convs:
-            ref, mapping = _pyg_conv(conv, model.cfg.model)
+            ref, mapping = _pyg_conv(conv, model.cfg.model, fast_rgcn)
             ref = ref.to(dtype)
             ours = dict(conv.named_parameters())
             theirs = dict(ref.named_parameters())
@@ -64,10 +73,10 @@ class ReferenceModel(nn.Module):
                     bn.bias.copy_(norm.bias)
                 self.norms.append(bn)
 
-    def forward(self, x, edge_index, epoch: int = 0):
+    def forward(self, x, edge_index, epoch: int = 0, edge_type: torch.Tensor | None = None):
         ids = torch.arange(x.shape[0])
         for i, conv in enumerate(self.convs):
-            x = conv(x, edge_index)
+            x = conv(x, edge_index) if edge_type is None else conv(x, edge_index, edge_type)
             if i < len(self.convs) - 1:
                 if self.norms is not None:
                     x = self.norms[i](x)
@@ -89,18 +98,28 @@ class ReferenceModel(nn.Module):
         return out
 
 
-def reference_step(model: GNN, graph: Graph, dtype: torch.dtype = torch.float32, epoch: int = 0) -> dict:
+def reference_step(model: GNN, graph: Graph, dtype: torch.dtype = torch.float32, epoch: int = 0,
+                   inputs: torch.Tensor | None = None, loss_mask: np.ndarray | None = None,
+                   fast_rgcn: bool = False) -> dict:
     """One training forward/backward of the PyG twin on the whole graph.
 
-    Returns ``logits`` (original node order), ``loss`` (sum of cross-entropy over train nodes divided by
+    Returns ``logits`` (original node order), ``loss`` (sum of cross-entropy over the loss nodes divided by
     their count) and ``grads`` keyed by sarlab parameter names.
+
+    Args:
+        inputs: node inputs (default: the graph's features), e.g. features with label inputs appended.
+        loss_mask: the nodes the loss is taken on (default: the train split).
+        fast_rgcn: R-GCN layers as PyG's ``FastRGCNConv`` instead of ``RGCNConv``.
     """
-    ref = ReferenceModel(model, dtype)
+    ref = ReferenceModel(model, dtype, fast_rgcn)
     ref.train()
-    x = torch.from_numpy(graph.features).to(dtype)
+    x = torch.from_numpy(graph.features).to(dtype) if inputs is None else inputs.to(dtype)
     edge_index = torch.from_numpy(np.stack([graph.src, graph.dst])).long()
-    logits = ref(x, edge_index, epoch)
-    train = torch.from_numpy(graph.train_mask)
+    edge_type = torch.from_numpy(graph.edge_type).long() if model.cfg.model == "rgcn" and graph.typed else None
+    if model.cfg.model == "rgcn" and edge_type is None:
+        edge_type = torch.zeros(graph.num_edges, dtype=torch.long)  # an untyped graph is one relation
+    logits = ref(x, edge_index, epoch, edge_type)
+    train = torch.from_numpy(graph.train_mask if loss_mask is None else loss_mask)
     labels = torch.from_numpy(graph.labels)
     loss = torch.nn.functional.cross_entropy(logits[train], labels[train], reduction="sum") / int(train.sum())
     loss.backward()

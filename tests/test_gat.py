@@ -3,11 +3,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
+from torch_geometric.nn import GATConv as PyGGATConv
 
+import sarlab.nn.gat as gat_module
 from real.verify import format_table, verify
+from sarlab.aggregate import ShardAggregate
 from sarlab.config import EngineConfig
 from sarlab.graphs import Graph, synthetic_graph
+from sarlab.nn import GATConv
 from sarlab.nn.model import ModelConfig
+from sarlab.shards import ShardedGraph
 
 HEADS = (1, 2, 4, 8)
 
@@ -71,10 +77,6 @@ def test_gat_isolated_nodes_and_huge_logits(graph, self_loops):
 
 def test_logits_really_are_huge(graph):
     """The fixture above does reach logits that would overflow exp() without the running max."""
-    import torch
-
-    from sarlab.nn.gat import GATConv
-
     g = _isolated_and_huge(graph, 120.0)
     torch.manual_seed(7)
     conv = GATConv(g.feature_dim, 4, heads=2)
@@ -85,12 +87,6 @@ def test_logits_really_are_huge(graph):
 
 def test_unfused_sar_chunks_equal_one_pass(graph, monkeypatch):
     """The unfused per-shard path processes edges in chunks; the result must not depend on the chunking."""
-    import torch
-
-    import sarlab.nn.gat as gat_module
-    from sarlab.aggregate import ShardAggregate
-    from sarlab.shards import ShardedGraph
-
     sg = ShardedGraph.single(graph.src, graph.dst, graph.num_nodes, EngineConfig(fused=False))
     agg = gat_module.AttentionAggregation(4, 3, 0.2, True, False, None)
     gen = torch.Generator().manual_seed(0)
@@ -105,3 +101,33 @@ def test_unfused_sar_chunks_equal_one_pass(graph, monkeypatch):
     assert len(gat_module._row_chunks(sg.local_shard.rowptr, 7)) > 100
     torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-13, atol=1e-13)
     torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("kernels_backend", ["cpp", "torch"])
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("self_loops", [True, False])
+def test_gatconv_layer_matches_pyg_on_one_process(graph, kernels_backend, fused, self_loops):
+    """One ``sarlab.nn.GATConv`` (the layer ``sarlab bench kernels`` times) against PyG's with the same weights,
+    fp64: outputs and the gradients of the input and every parameter (random bias, isolated nodes included)."""
+    keep = (graph.src >= 10) & (graph.src != graph.dst)  # nodes 0..9 send nothing; PyG drops self-edges itself
+    src, dst = graph.src[keep], graph.dst[keep]
+    torch.manual_seed(4)
+    ours = GATConv(graph.feature_dim, 3, heads=4, add_self_loops=self_loops).double()
+    theirs = PyGGATConv(graph.feature_dim, 3, heads=4, add_self_loops=self_loops).double()
+    with torch.no_grad():
+        ours.bias.normal_()
+        for name, pyg_name in ours.pyg_parameter_map().items():
+            target = dict(theirs.named_parameters())[pyg_name]
+            target.copy_(dict(ours.named_parameters())[name].view_as(target))
+    sharded = ShardedGraph.single(src, dst, graph.num_nodes, EngineConfig(fused=fused, kernels=kernels_backend))
+    x = torch.from_numpy(graph.features).double().requires_grad_(True)
+    out = ours(sharded, x)
+    want = theirs(x, torch.as_tensor(np.stack([src, dst])))
+    torch.testing.assert_close(out, want, rtol=1e-10, atol=1e-10)
+    upstream = torch.randn_like(out)
+    names = list(ours.pyg_parameter_map().items())
+    got = torch.autograd.grad((out * upstream).sum(), [x] + [dict(ours.named_parameters())[a] for a, _ in names])
+    expected = torch.autograd.grad((want * upstream).sum(),
+                                   [x] + [dict(theirs.named_parameters())[b] for _, b in names])
+    for (name, _), a, b in zip([("x", "x")] + names, got, expected):
+        torch.testing.assert_close(a, b.view_as(a), rtol=1e-10, atol=1e-10, msg=name)

@@ -1,19 +1,28 @@
-"""Tests of kernels/: fused GAT attention and CSR max (C++ and torch backends) against independent references.
+"""Tests of kernels/: fused GAT attention and CSR max (C++ and torch backends) against independent references,
+and a smoke test of their benchmark (``real.kernel_bench``).
 
 References: a dense [Nd,Ns] masked softmax written here with plain torch ops (autograd gives its
-gradients), PyG's GATConv, and torch.scatter_reduce('amax') for the max aggregation.
+gradients) and torch.scatter_reduce('amax') for the max aggregation. The kernels' forward and backward are
+wired into one autograd Function here (:class:`FusedAttention`), as the engine wires them per shard.
 """
 
 from __future__ import annotations
 
+import csv
+import json
+import os
 import shutil
+import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
 import kernels
+from kernels import _loader
+from real.kernel_bench import DEFAULT_OUT, build_parser
 
 BACKENDS = ("cpp", "torch")
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: dict(rtol=1e-10, atol=1e-10)}
@@ -22,8 +31,6 @@ SLOPE = 0.2
 
 # ---------------------------------------------------------------------------------------------- fixtures
 def _compiler() -> str | None:
-    import os
-
     for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
         if name and shutil.which(name):
             return name
@@ -93,6 +100,30 @@ def grads(out: torch.Tensor, inputs: tuple[torch.Tensor, ...], weight: torch.Ten
     return torch.autograd.grad((out * weight).sum(), inputs)
 
 
+class FusedAttention(torch.autograd.Function):
+    """The fused kernels over one whole graph: forward shard + finalize, backward shard."""
+
+    @staticmethod
+    def forward(ctx, rowptr, col, s_dst, s_src, z_src, transpose, backend):  # type: ignore[override]
+        m, l, acc = kernels.gat_forward_shard(rowptr, col, s_dst, s_src, z_src, SLOPE, backend=backend)
+        out = kernels.gat_finalize(m, l, acc)
+        ctx.save_for_backward(rowptr, col, s_dst, s_src, z_src, m, l, out)
+        ctx.transpose, ctx.backend = transpose, backend
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):  # type: ignore[override]
+        rowptr, col, s_dst, s_src, z_src, m, l, out = ctx.saved_tensors
+        delta = (grad_out * out).sum(-1)
+        g_dst, g_src, g_z = kernels.gat_backward_shard(rowptr, col, s_dst, s_src, z_src, SLOPE, m, l, grad_out,
+                                                       delta, backend=ctx.backend, transpose=ctx.transpose)
+        return None, None, g_dst, g_src, g_z, None, None
+
+
+def fused(rowptr, col, s_dst, s_src, z_src, transpose=None, backend=None) -> torch.Tensor:
+    return FusedAttention.apply(rowptr, col, s_dst, s_src, z_src, transpose, backend)
+
+
 # ---------------------------------------------------------------------------------------------- GAT
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("heads", [1, 2, 4, 8])
@@ -101,20 +132,7 @@ def test_fused_matches_dense_reference(backend: str, dtype: torch.dtype, heads: 
     rowptr, col = to_csr(adj)
     inputs = random_inputs(23, 31, heads, 5, dtype, seed=10 + heads)
     weight = torch.randn(23, heads, 5, dtype=dtype, generator=torch.Generator().manual_seed(3))
-    out = kernels.gat_fused(rowptr, col, *inputs, SLOPE, backend=backend)
-    ref = dense_attention(adj, *inputs, SLOPE)
-    torch.testing.assert_close(out, ref, **TOL[dtype])
-    for got, want in zip(grads(out, inputs, weight), grads(ref, inputs, weight), strict=True):
-        torch.testing.assert_close(got, want, **TOL[dtype])
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_unfused_matches_dense_reference(dtype: torch.dtype) -> None:
-    adj = random_graph(17, 13, 0.4, seed=5)
-    rowptr, col = to_csr(adj)
-    inputs = random_inputs(17, 13, 3, 4, dtype, seed=6)
-    weight = torch.randn(17, 3, 4, dtype=dtype)
-    out = kernels.gat_unfused(rowptr, col, *inputs, SLOPE)
+    out = fused(rowptr, col, *inputs, backend=backend)
     ref = dense_attention(adj, *inputs, SLOPE)
     torch.testing.assert_close(out, ref, **TOL[dtype])
     for got, want in zip(grads(out, inputs, weight), grads(ref, inputs, weight), strict=True):
@@ -203,7 +221,7 @@ def test_large_logits_are_stable(backend: str, dtype: torch.dtype) -> None:
     adj = random_graph(15, 20, 0.4, seed=11)
     rowptr, col = to_csr(adj)
     inputs = random_inputs(15, 20, 2, 4, dtype, seed=12, scale=1e4)
-    out = kernels.gat_fused(rowptr, col, *inputs, SLOPE, backend=backend)
+    out = fused(rowptr, col, *inputs, backend=backend)
     weight = torch.randn(15, 2, 4, dtype=dtype)
     got = grads(out, inputs, weight)
     assert torch.isfinite(out).all() and all(torch.isfinite(g).all() for g in got)
@@ -221,7 +239,7 @@ def test_isolated_destinations_give_zero(backend: str) -> None:
     adj = random_graph(10, 6, 0.5, seed=13, isolated=4)
     rowptr, col = to_csr(adj)
     inputs = random_inputs(10, 6, 2, 3, torch.float64, seed=14)
-    out = kernels.gat_fused(rowptr, col, *inputs, SLOPE, backend=backend)
+    out = fused(rowptr, col, *inputs, backend=backend)
     assert torch.equal(out[:4], torch.zeros_like(out[:4]))
     g_dst, g_src, g_z = grads(out, inputs, torch.ones_like(out))
     assert torch.equal(g_dst[:4], torch.zeros_like(g_dst[:4]))
@@ -229,7 +247,7 @@ def test_isolated_destinations_give_zero(backend: str) -> None:
     # a graph with no edge at all
     empty = torch.zeros(10, 6, dtype=torch.bool)
     rowptr0, col0 = to_csr(empty)
-    out0 = kernels.gat_fused(rowptr0, col0, *inputs, SLOPE, backend=backend)
+    out0 = fused(rowptr0, col0, *inputs, backend=backend)
     assert torch.equal(out0, torch.zeros_like(out0))
 
 
@@ -238,7 +256,7 @@ def test_gradcheck_fp64(backend: str) -> None:
     rowptr, col = to_csr(adj)
     inputs = random_inputs(7, 6, 2, 3, torch.float64, seed=16)
     assert torch.autograd.gradcheck(
-        lambda a, b, c: kernels.gat_fused(rowptr, col, a, b, c, SLOPE, backend=backend), inputs
+        lambda a, b, c: fused(rowptr, col, a, b, c, backend=backend), inputs
     )
 
 
@@ -275,50 +293,10 @@ def test_csr_transpose_and_precomputed_transpose(backend: str) -> None:
     assert torch.equal(t_rowptr, want_rowptr) and torch.equal(t_row, want_row)
     inputs = random_inputs(12, 9, 2, 3, torch.float64, seed=20)
     weight = torch.randn(12, 2, 3, dtype=torch.float64)
-    with_t = grads(kernels.gat_fused(rowptr, col, *inputs, SLOPE, (t_rowptr, t_row), backend), inputs, weight)
-    without = grads(kernels.gat_fused(rowptr, col, *inputs, SLOPE, backend=backend), inputs, weight)
+    with_t = grads(fused(rowptr, col, *inputs, (t_rowptr, t_row), backend), inputs, weight)
+    without = grads(fused(rowptr, col, *inputs, backend=backend), inputs, weight)
     for a, b in zip(with_t, without, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
-
-
-def test_matches_pyg_gatconv(backend: str) -> None:
-    from torch_geometric.nn import GATConv
-
-    num_nodes, heads, channels, in_ch = 30, 4, 5, 12
-    torch.manual_seed(21)
-    adj = random_graph(num_nodes, num_nodes, 0.15, seed=21, isolated=0)
-    adj.fill_diagonal_(False)
-    src_dst = adj.nonzero()  # [i, j] = edge j -> i
-    edge_index = torch.stack([src_dst[:, 1], src_dst[:, 0]])
-    conv = GATConv(in_ch, channels, heads=heads, add_self_loops=True).double()
-    layer = kernels.GATLayer(in_ch, channels, heads, 0.2, impl="fused", backend=backend).double()
-    with torch.no_grad():
-        layer.lin.weight.copy_(conv.lin.weight)
-        layer.att_src.copy_(conv.att_src)
-        layer.att_dst.copy_(conv.att_dst)
-        layer.bias.copy_(torch.randn(heads * channels))
-        conv.bias.copy_(layer.bias)
-    rowptr, col = to_csr(adj | torch.eye(num_nodes, dtype=torch.bool))  # self-loops added by the test
-    x = torch.randn(num_nodes, in_ch, dtype=torch.float64, requires_grad=True)
-    weight = torch.randn(num_nodes, heads * channels, dtype=torch.float64)
-    ours = layer(x, rowptr, col)
-    theirs = conv(x, edge_index)
-    torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-10)
-    g_ours = torch.autograd.grad((ours * weight).sum(), (x, layer.lin.weight, layer.att_src, layer.att_dst))
-    g_theirs = torch.autograd.grad((theirs * weight).sum(), (x, conv.lin.weight, conv.att_src, conv.att_dst))
-    for a, b in zip(g_ours, g_theirs, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
-
-
-def test_unfused_layer_matches_fused_layer() -> None:
-    adj = random_graph(20, 20, 0.2, seed=22, isolated=1)
-    rowptr, col = to_csr(adj)
-    torch.manual_seed(22)
-    fused = kernels.GATLayer(6, 3, 2, impl="fused", backend="torch").double()
-    unfused = kernels.GATLayer(6, 3, 2, impl="unfused").double()
-    unfused.load_state_dict(fused.state_dict())
-    x = torch.randn(20, 6, dtype=torch.float64)
-    torch.testing.assert_close(fused(x, rowptr, col), unfused(x, rowptr, col), rtol=1e-12, atol=1e-12)
 
 
 # ------------------------------------------------------------------------------ validation, backend
@@ -351,8 +329,6 @@ def test_backend_selection_from_environment(monkeypatch: pytest.MonkeyPatch, cpp
 
 
 def test_auto_falls_back_to_torch_with_one_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernels import _loader
-
     monkeypatch.setattr(_loader, "_ext", None)
     monkeypatch.setattr(_loader, "_ext_error", RuntimeError("no compiler here\nsecond line"))
     monkeypatch.setattr(_loader, "_warned", False)
@@ -377,17 +353,23 @@ def scatter_amax(adj: torch.Tensor, x_src: torch.Tensor) -> torch.Tensor:
     return out.scatter_reduce(0, index, x_src[col], "amax", include_self=False)
 
 
+def kernel_max(rowptr, col, x, weight, backend) -> tuple[torch.Tensor, torch.Tensor]:
+    """Output of the max kernels (0 where no in-edge) and the gradient of ``sum(out * weight)`` wrt x."""
+    best, count = kernels.csr_max_shard(rowptr, col, x, backend=backend)
+    out = torch.where(count > 0, best, torch.zeros_like(best))
+    return out, kernels.csr_max_backward(rowptr, col, x, best, count, weight, backend=backend)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_csr_max_matches_scatter_reduce_with_ties(backend: str, dtype: torch.dtype) -> None:
     adj = random_graph(14, 25, 0.3, seed=25)
     rowptr, col = to_csr(adj)
     gen = torch.Generator().manual_seed(26)
     x = torch.randint(-3, 4, (25, 6), generator=gen).to(dtype).requires_grad_(True)  # many ties
-    ours = kernels.csr_max(rowptr, col, x, backend=backend)
-    ref = scatter_amax(adj, x)
-    torch.testing.assert_close(ours, ref, **TOL[dtype])
     weight = torch.randn(14, 6, dtype=dtype, generator=gen)
-    (g_ours,) = torch.autograd.grad((ours * weight).sum(), x)
+    ours, g_ours = kernel_max(rowptr, col, x.detach(), weight, backend)
+    ref = scatter_amax(adj, x)
+    torch.testing.assert_close(ours, ref.detach(), **TOL[dtype])
     (g_ref,) = torch.autograd.grad((ref * weight).sum(), x)
     torch.testing.assert_close(g_ours, g_ref, **TOL[dtype])
 
@@ -397,6 +379,7 @@ def test_csr_max_shards_merge(backend: str) -> None:
     x = torch.randint(-2, 3, (30, 4), generator=torch.Generator().manual_seed(28)).double()
     rowptr, col = to_csr(adj)
     full_max, full_count = kernels.csr_max_shard(rowptr, col, x, backend=backend)
+    assert full_count.dtype == kernels.COUNT_DTYPE == torch.int32
     state = None
     shards = _split_sources(adj, [0, 12, 30])
     for sources, srowptr, scol in shards:
@@ -410,28 +393,59 @@ def test_csr_max_shards_merge(backend: str) -> None:
     torch.testing.assert_close(torch.cat(pieces), full_grad, rtol=1e-12, atol=1e-12)
 
 
-# ---------------------------------------------------------------------------------------------- bench
-def test_bench_quick_writes_outputs(tmp_path, cpp_built: bool) -> None:
-    """The quick benchmark runs as a command (its own process: it tunes malloc for memory readings)."""
-    import csv
-    import json
-    import os
-    import subprocess
-    from pathlib import Path
+def test_csr_max_backends_agree_and_cpp_is_deterministic(cpp_built: bool) -> None:
+    """Both backends give the same max and count (-inf inputs included: a row whose in-edges are all -inf
+    has max -inf attained by all of them) and the C++ result does not depend on the thread count."""
+    adj = random_graph(40, 50, 0.2, seed=29)
+    rowptr, col = to_csr(adj)
+    x = torch.randint(-2, 3, (50, 7), generator=torch.Generator().manual_seed(30)).float()
+    x[:, 0] = float("-inf")
+    g = torch.linspace(-1, 1, 40 * 7).view(40, 7)
+    runs = {}
+    threads = torch.get_num_threads()
+    try:
+        for name, backend, nthreads in (("cpp1", "cpp", 1), ("cpp2", "cpp", 2), ("torch", "torch", threads)):
+            torch.set_num_threads(nthreads)
+            best, count = kernels.csr_max_shard(rowptr, col, x, backend=backend)
+            runs[name] = (best, count, kernels.csr_max_backward(rowptr, col, x, best, count, g, backend=backend))
+    finally:
+        torch.set_num_threads(threads)
+    for a, b in zip(runs["cpp1"], runs["cpp2"], strict=True):
+        assert torch.equal(a, b)
+    for a, b in zip(runs["cpp1"], runs["torch"], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+    degree = rowptr.diff()
+    assert torch.equal(runs["cpp1"][1][:, 0], degree.to(torch.int32))  # every -inf edge attains the -inf max
 
+
+def test_csr_max_bad_inputs_raise_clear_errors() -> None:
+    adj = random_graph(5, 4, 0.5, seed=31, isolated=0)
+    rowptr, col = to_csr(adj)
+    x = torch.randn(4, 3)
+    best, count = kernels.csr_max_shard(rowptr, col, x, backend="torch")
+    with pytest.raises(TypeError, match="int32"):
+        kernels.csr_max_backward(rowptr, col, x, best, count.long(), torch.ones_like(best), backend="torch")
+    with pytest.raises(TypeError, match="float32 and float64"):
+        kernels.csr_max_shard(rowptr, col, x.half(), backend="torch")
+    with pytest.raises(ValueError, match=r"\[Nd,F\]"):
+        kernels.csr_max_shard(rowptr, col, x, state=(best[:2], count[:2]), backend="torch")
+
+
+# ---------------------------------------------------------------------------------------------- bench
+def test_kernel_bench_quick_writes_outputs(tmp_path, cpp_built: bool) -> None:
+    """``sarlab bench kernels --quick`` runs (its own process: it tunes malloc for memory readings), times the
+    engine's GATConv fused and unfused against PyG's, and writes the CSV, figure and JSON asked for."""
     repo = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
     json_path = tmp_path / "k.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "kernels.bench", "--quick", "--out", str(tmp_path), "--json", str(json_path)],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    command = [sys.executable, "-m", "real.cli", "bench", "kernels", "--quick", "--out", str(tmp_path),
+               "--json", str(json_path)]
+    try:
+        done = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired as err:
+        pytest.fail(f"sarlab bench kernels --quick did not finish in 300 s\n{err.stdout}\n{err.stderr}")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "heads=2" in done.stdout  # progress lines
+    assert "heads=2" in done.stderr  # progress lines
     rows = list(csv.DictReader(open(tmp_path / "kernels.csv")))
     assert {"fused", "unfused", "pyg"} <= {r["impl"] for r in rows}
     assert {r["phase"] for r in rows} == {"forward", "backward", "fwd+bwd"}
@@ -439,4 +453,10 @@ def test_bench_quick_writes_outputs(tmp_path, cpp_built: bool) -> None:
     assert (tmp_path / "kernels.png").stat().st_size > 0
     result = json.loads(json_path.read_text())
     assert result["stream"]["triad_GBps"] > 0
-    assert max(result["agreement"][k]["fused"] for k in result["agreement"]) < 1e-4  # same layer as PyG
+    for impl in ("fused", "unfused"):  # the engine's layer computes what PyG's does
+        assert max(result["agreement"][heads][impl] for heads in result["agreement"]) < 1e-4
+
+
+def test_kernel_bench_default_output_is_not_committed_results() -> None:
+    assert build_parser().parse_args([]).out == DEFAULT_OUT
+    assert DEFAULT_OUT.split(os.sep)[0] == ".cache"

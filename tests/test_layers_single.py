@@ -7,9 +7,9 @@ import torch
 
 from sarlab.aggregators import Aggregation
 from sarlab.config import EngineConfig
+from sarlab.nn import DistBatchNorm, GATConv, GCNConv, SAGEConv
 from sarlab.nn.functional import dropout_by_id, uniform_by_id
 from sarlab.nn.model import GNN, ModelConfig
-from sarlab.nn.norm import DistBatchNorm
 from sarlab.reference import reference_step
 from sarlab.shards import ShardedGraph
 
@@ -153,3 +153,25 @@ def test_shard_spmm_accumulates_in_place_without_autograd():
     assert np.allclose(xt.grad.numpy(), dense.sum(0)[:, None].repeat(3, 1))
     t = shard.spmm(torch.tensor(start), transpose=True)  # A^T g
     assert np.allclose(t.numpy(), dense.T @ start)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: GCNConv(7, 5), lambda: GCNConv(7, 5, bias=False), lambda: SAGEConv(7, 5, "mean"),
+    lambda: SAGEConv(7, 5, "pool"), lambda: GATConv(7, 3, heads=2),
+    lambda: GATConv(7, 3, heads=2, concat=False, residual=True), lambda: DistBatchNorm(6)],
+    ids=["gcn", "gcn-nobias", "sage", "sage-pool", "gat", "gat-residual", "batchnorm"])
+def test_reset_parameters_is_the_whole_initialisation(make):
+    """A layer built under a seed equals the same layer reset under that seed (all random draws happen in
+    ``reset_parameters``), and a reset restores every parameter and buffer after they were overwritten."""
+    torch.manual_seed(11)
+    layer = make()
+    built = {name: t.clone() for name, t in layer.state_dict().items()}
+    after_build = torch.rand(1)
+    with torch.no_grad():
+        for t in layer.state_dict().values():
+            t.add_(1.0)
+    torch.manual_seed(11)
+    layer.reset_parameters()
+    assert torch.equal(torch.rand(1), after_build)  # the same number of random draws as the constructor
+    for name, t in layer.state_dict().items():
+        assert torch.equal(t, built[name]), name

@@ -5,15 +5,19 @@
 //   s_dst [Nd,H], s_src [Ns,H], z_src [Ns,H,C], state m,l [Nd,H], acc [Nd,H,C].
 // Every output row is owned by exactly one loop iteration, so no atomics are needed and the
 // results do not depend on the number of threads (sums run in CSR order).
-#include <torch/extension.h>
+#include "kernels.h"
 
+#include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <vector>
 
+namespace sarlab_kernels {
 namespace {
 
 constexpr int64_t kChunk = 16;  // dynamic-schedule chunk of rows (degrees are skewed)
@@ -27,20 +31,33 @@ inline void prefetch_row(const T* row, int64_t n) {
   for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off);
 }
 
+// Heads per pass over the edges. The passes gather rows of the other side (z_j, or g_i in the source pass), and a
+// pass over a block of heads reads only that block's slice of each row; a block whose slice of all gathered rows
+// (rows x block x C values) fits in kGatherBudget bytes keeps the gathers in cache, where the whole rows of a big
+// shard would not fit. Heads are independent and each keeps its own sums in edge order: results do not depend
+// on the block.
+constexpr int64_t kGatherBudget = int64_t(8) << 20;
+
+int64_t head_block(int64_t rows, int64_t H, int64_t C, int64_t elem) {
+  if (const char* env = std::getenv("SARLAB_GAT_HEAD_BLOCK")) return std::clamp<int64_t>(std::atoll(env), 1, H);
+  const int64_t per_head = std::max<int64_t>(1, rows * C * elem);
+  return std::clamp<int64_t>(kGatherBudget / per_head, 1, std::max<int64_t>(H, 1));
+}
+
 template <typename T>
 inline T leaky(T x, T slope) {
   return x > T(0) ? x : x * slope;
 }
 
-void check_csr(const torch::Tensor& rowptr, const torch::Tensor& col) {
-  TORCH_CHECK(rowptr.dtype() == torch::kInt64 && col.dtype() == torch::kInt64, "rowptr/col must be int64");
+void check_csr(const at::Tensor& rowptr, const at::Tensor& col) {
+  TORCH_CHECK(rowptr.dtype() == at::kLong && col.dtype() == at::kLong, "rowptr/col must be int64");
   TORCH_CHECK(rowptr.dim() == 1 && rowptr.numel() >= 1, "rowptr must be 1-D with Nd+1 entries");
   TORCH_CHECK(col.dim() == 1, "col must be 1-D");
   TORCH_CHECK(rowptr.is_contiguous() && col.is_contiguous(), "rowptr/col must be contiguous");
   TORCH_CHECK(rowptr.device().is_cpu() && col.device().is_cpu(), "kernels run on CPU tensors only");
 }
 
-void check_dense(const torch::Tensor& t, const torch::Tensor& like, int64_t dim, const char* name) {
+void check_dense(const at::Tensor& t, const at::Tensor& like, int64_t dim, const char* name) {
   TORCH_CHECK(t.dim() == dim, name, " must have ", dim, " dimensions");
   TORCH_CHECK(t.scalar_type() == like.scalar_type(), name, " must have the same dtype as z_src");
   TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
@@ -56,7 +73,7 @@ void forward_rows(const int64_t* __restrict__ rowptr, const int64_t* __restrict_
                   const scalar_t* __restrict__ s_dst, const scalar_t* __restrict__ s_src,
                   const scalar_t* __restrict__ z, int64_t nd, int64_t H, int64_t C, scalar_t slope,
                   scalar_t* __restrict__ m, scalar_t* __restrict__ l, scalar_t* __restrict__ acc,
-                  int nthreads) {
+                  int64_t h0, int64_t h1, int nthreads) {
   const int64_t HC = H * C;
   const scalar_t neg_inf = -std::numeric_limits<scalar_t>::infinity();
 #pragma omp parallel num_threads(nthreads)
@@ -67,18 +84,18 @@ void forward_rows(const int64_t* __restrict__ rowptr, const int64_t* __restrict_
       const int64_t begin = rowptr[i], end = rowptr[i + 1];
       if (begin == end) continue;  // state untouched: no edge of this shard reaches i
       scalar_t* __restrict__ acc_i = acc + i * HC;
-      for (int64_t h = 0; h < H; ++h) {
+      for (int64_t h = h0; h < h1; ++h) {
         sd[h] = s_dst[i * H + h];
         mx[h] = m[i * H + h];
       }
       for (int64_t k = begin; k < end; ++k) {
         const scalar_t* ss = s_src + col[k] * H;
-        for (int64_t h = 0; h < H; ++h) {
+        for (int64_t h = h0; h < h1; ++h) {
           const scalar_t e = leaky(sd[h] + ss[h], slope);
           mx[h] = e > mx[h] ? e : mx[h];
         }
       }
-      for (int64_t h = 0; h < H; ++h) {
+      for (int64_t h = h0; h < h1; ++h) {
         const scalar_t m_old = m[i * H + h];
         scalar_t* __restrict__ a = acc_i + h * C;
         if (m_old == neg_inf) {
@@ -95,10 +112,10 @@ void forward_rows(const int64_t* __restrict__ rowptr, const int64_t* __restrict_
       }
       for (int64_t k = begin; k < end; ++k) {
         const int64_t j = col[k];
-        if (k + kAhead < end) prefetch_row(z + col[k + kAhead] * HC, HC);
+        if (k + kAhead < end) prefetch_row(z + col[k + kAhead] * HC + h0 * C, (h1 - h0) * C);
         const scalar_t* ss = s_src + j * H;
         const scalar_t* __restrict__ zj = z + j * HC;
-        for (int64_t h = 0; h < H; ++h) {
+        for (int64_t h = h0; h < h1; ++h) {
           const scalar_t w = std::exp(leaky(sd[h] + ss[h], slope) - mx[h]);
           lsum[h] += w;
           scalar_t* __restrict__ a = acc_i + h * C;
@@ -107,7 +124,7 @@ void forward_rows(const int64_t* __restrict__ rowptr, const int64_t* __restrict_
           for (int64_t c = 0; c < C; ++c) a[c] += w * zh[c];
         }
       }
-      for (int64_t h = 0; h < H; ++h) {
+      for (int64_t h = h0; h < h1; ++h) {
         m[i * H + h] = mx[h];
         l[i * H + h] = lsum[h];
       }
@@ -115,9 +132,11 @@ void forward_rows(const int64_t* __restrict__ rowptr, const int64_t* __restrict_
   }
 }
 
-std::vector<torch::Tensor> gat_forward_shard(torch::Tensor rowptr, torch::Tensor col, torch::Tensor s_dst,
-                                             torch::Tensor s_src, torch::Tensor z_src, double negative_slope,
-                                             torch::Tensor m, torch::Tensor l, torch::Tensor acc) {
+}  // namespace
+
+std::vector<at::Tensor> gat_forward_shard(at::Tensor rowptr, at::Tensor col, at::Tensor s_dst,
+                                             at::Tensor s_src, at::Tensor z_src, double negative_slope,
+                                             at::Tensor m, at::Tensor l, at::Tensor acc) {
   check_csr(rowptr, col);
   TORCH_CHECK(z_src.dim() == 3 && z_src.is_contiguous(), "z_src must be a contiguous [Ns,H,C] tensor");
   check_dense(s_dst, z_src, 2, "s_dst");
@@ -132,13 +151,17 @@ std::vector<torch::Tensor> gat_forward_shard(torch::Tensor rowptr, torch::Tensor
               "state must be m,l [Nd,H] and acc [Nd,H,C]");
   const int nthreads = at::get_num_threads();
   AT_DISPATCH_FLOATING_TYPES(z_src.scalar_type(), "gat_forward_shard", [&] {
-    forward_rows<scalar_t>(rowptr.data_ptr<int64_t>(), col.data_ptr<int64_t>(), s_dst.data_ptr<scalar_t>(),
-                           s_src.data_ptr<scalar_t>(), z_src.data_ptr<scalar_t>(), nd, H, C,
-                           static_cast<scalar_t>(negative_slope), m.data_ptr<scalar_t>(),
-                           l.data_ptr<scalar_t>(), acc.data_ptr<scalar_t>(), nthreads);
+    const int64_t block = head_block(z_src.size(0), H, C, sizeof(scalar_t));
+    for (int64_t h0 = 0; h0 < H; h0 += block)
+      forward_rows<scalar_t>(rowptr.data_ptr<int64_t>(), col.data_ptr<int64_t>(), s_dst.data_ptr<scalar_t>(),
+                             s_src.data_ptr<scalar_t>(), z_src.data_ptr<scalar_t>(), nd, H, C,
+                             static_cast<scalar_t>(negative_slope), m.data_ptr<scalar_t>(), l.data_ptr<scalar_t>(),
+                             acc.data_ptr<scalar_t>(), h0, std::min(H, h0 + block), nthreads);
   });
   return {m, l, acc};
 }
+
+namespace {
 
 // ---------------------------------------------------------------------------------------------
 // Per-destination quantities the backward gathers, packed so one edge touches one cache line:
@@ -164,7 +187,8 @@ template <typename scalar_t>
 void backward_dst_rows(const int64_t* __restrict__ rowptr, const int64_t* __restrict__ col,
                        const scalar_t* __restrict__ packed, const scalar_t* __restrict__ s_src,
                        const scalar_t* __restrict__ z, const scalar_t* __restrict__ g, int64_t nd, int64_t H,
-                       int64_t C, scalar_t slope, scalar_t* __restrict__ grad_s_dst, int nthreads) {
+                       int64_t C, scalar_t slope, scalar_t* __restrict__ grad_s_dst, int64_t h0, int64_t h1,
+                       int nthreads) {
   const int64_t HC = H * C;
 #pragma omp parallel num_threads(nthreads)
   {
@@ -174,13 +198,13 @@ void backward_dst_rows(const int64_t* __restrict__ rowptr, const int64_t* __rest
       const int64_t begin = rowptr[i], end = rowptr[i + 1];
       const scalar_t* __restrict__ pi = packed + i * H * kPack;
       const scalar_t* __restrict__ gi = g + i * HC;
-      for (int64_t h = 0; h < H; ++h) gs[h] = scalar_t(0);
+      for (int64_t h = h0; h < h1; ++h) gs[h] = scalar_t(0);
       for (int64_t k = begin; k < end; ++k) {
         const int64_t j = col[k];
-        if (k + kAhead < end) prefetch_row(z + col[k + kAhead] * HC, HC);
+        if (k + kAhead < end) prefetch_row(z + col[k + kAhead] * HC + h0 * C, (h1 - h0) * C);
         const scalar_t* ss = s_src + j * H;
         const scalar_t* __restrict__ zj = z + j * HC;
-        for (int64_t h = 0; h < H; ++h) {
+        for (int64_t h = h0; h < h1; ++h) {
           const scalar_t* ph = pi + h * kPack;
           const scalar_t pre = ph[0] + ss[h];
           const scalar_t alpha = std::exp(leaky(pre, slope) - ph[1]) * ph[2];
@@ -193,7 +217,7 @@ void backward_dst_rows(const int64_t* __restrict__ rowptr, const int64_t* __rest
           gs[h] += pre > scalar_t(0) ? de : de * slope;
         }
       }
-      for (int64_t h = 0; h < H; ++h) grad_s_dst[i * H + h] = gs[h];
+      for (int64_t h = h0; h < h1; ++h) grad_s_dst[i * H + h] = gs[h];
     }
   }
 }
@@ -205,7 +229,7 @@ void backward_src_rows(const int64_t* __restrict__ t_rowptr, const int64_t* __re
                        const scalar_t* __restrict__ packed, const scalar_t* __restrict__ s_src,
                        const scalar_t* __restrict__ z, const scalar_t* __restrict__ g, int64_t ns, int64_t H,
                        int64_t C, scalar_t slope, scalar_t* __restrict__ grad_s_src, scalar_t* __restrict__ grad_z,
-                       int nthreads) {
+                       int64_t h0, int64_t h1, int nthreads) {
   const int64_t HC = H * C;
 #pragma omp parallel num_threads(nthreads)
   {
@@ -214,8 +238,8 @@ void backward_src_rows(const int64_t* __restrict__ t_rowptr, const int64_t* __re
     for (int64_t j = 0; j < ns; ++j) {
       const int64_t begin = t_rowptr[j], end = t_rowptr[j + 1];
       scalar_t* __restrict__ dz = grad_z + j * HC;
-      for (int64_t c = 0; c < HC; ++c) dz[c] = scalar_t(0);
-      for (int64_t h = 0; h < H; ++h) {
+      for (int64_t c = h0 * C; c < h1 * C; ++c) dz[c] = scalar_t(0);
+      for (int64_t h = h0; h < h1; ++h) {
         ssj[h] = s_src[j * H + h];
         gs[h] = scalar_t(0);
       }
@@ -223,12 +247,12 @@ void backward_src_rows(const int64_t* __restrict__ t_rowptr, const int64_t* __re
       for (int64_t k = begin; k < end; ++k) {
         const int64_t i = t_row[k];
         if (k + kAhead < end) {
-          prefetch_row(g + t_row[k + kAhead] * HC, HC);
-          prefetch_row(packed + t_row[k + kAhead] * H * kPack, H * kPack);
+          prefetch_row(g + t_row[k + kAhead] * HC + h0 * C, (h1 - h0) * C);
+          prefetch_row(packed + (t_row[k + kAhead] * H + h0) * kPack, (h1 - h0) * kPack);
         }
         const scalar_t* __restrict__ gi = g + i * HC;
         const scalar_t* __restrict__ pi = packed + i * H * kPack;
-        for (int64_t h = 0; h < H; ++h) {
+        for (int64_t h = h0; h < h1; ++h) {
           const scalar_t* ph = pi + h * kPack;
           const scalar_t pre = ph[0] + ssj[h];
           const scalar_t alpha = std::exp(leaky(pre, slope) - ph[1]) * ph[2];
@@ -245,15 +269,17 @@ void backward_src_rows(const int64_t* __restrict__ t_rowptr, const int64_t* __re
           gs[h] += pre > scalar_t(0) ? de : de * slope;
         }
       }
-      for (int64_t h = 0; h < H; ++h) grad_s_src[j * H + h] = gs[h];
+      for (int64_t h = h0; h < h1; ++h) grad_s_src[j * H + h] = gs[h];
     }
   }
 }
 
-std::vector<torch::Tensor> gat_backward_shard(torch::Tensor rowptr, torch::Tensor col, torch::Tensor t_rowptr,
-                                              torch::Tensor t_row, torch::Tensor s_dst, torch::Tensor s_src,
-                                              torch::Tensor z_src, double negative_slope, torch::Tensor m,
-                                              torch::Tensor l, torch::Tensor grad_out, torch::Tensor delta) {
+}  // namespace
+
+std::vector<at::Tensor> gat_backward_shard(at::Tensor rowptr, at::Tensor col, at::Tensor t_rowptr,
+                                              at::Tensor t_row, at::Tensor s_dst, at::Tensor s_src,
+                                              at::Tensor z_src, double negative_slope, at::Tensor m,
+                                              at::Tensor l, at::Tensor grad_out, at::Tensor delta) {
   check_csr(rowptr, col);
   check_csr(t_rowptr, t_row);
   TORCH_CHECK(z_src.dim() == 3 && z_src.is_contiguous(), "z_src must be a contiguous [Ns,H,C] tensor");
@@ -270,23 +296,28 @@ std::vector<torch::Tensor> gat_backward_shard(torch::Tensor rowptr, torch::Tenso
                   delta.size(0) == nd,
               "s_dst, m, l, grad_out, delta must have Nd rows");
   TORCH_CHECK(grad_out.size(1) == H && grad_out.size(2) == C, "grad_out must be [Nd,H,C]");
-  auto grad_s_dst = torch::empty({nd, H}, z_src.options());
-  auto grad_s_src = torch::empty({ns, H}, z_src.options());
-  auto grad_z = torch::empty({ns, H, C}, z_src.options());
+  auto grad_s_dst = at::empty({nd, H}, z_src.options());
+  auto grad_s_src = at::empty({ns, H}, z_src.options());
+  auto grad_z = at::empty({ns, H, C}, z_src.options());
   const int nthreads = at::get_num_threads();
   AT_DISPATCH_FLOATING_TYPES(z_src.scalar_type(), "gat_backward_shard", [&] {
     const auto slope = static_cast<scalar_t>(negative_slope);
-    auto packed = torch::empty({nd, H, kPack}, z_src.options());
+    auto packed = at::empty({nd, H, kPack}, z_src.options());
     scalar_t* pk = packed.data_ptr<scalar_t>();
     pack_destinations<scalar_t>(s_dst.data_ptr<scalar_t>(), m.data_ptr<scalar_t>(), l.data_ptr<scalar_t>(),
                                 delta.data_ptr<scalar_t>(), nd * H, pk, nthreads);
     const scalar_t* ss = s_src.data_ptr<scalar_t>();
     const scalar_t* z = z_src.data_ptr<scalar_t>();
     const scalar_t* g = grad_out.data_ptr<scalar_t>();
-    backward_dst_rows<scalar_t>(rowptr.data_ptr<int64_t>(), col.data_ptr<int64_t>(), pk, ss, z, g, nd, H, C, slope,
-                                grad_s_dst.data_ptr<scalar_t>(), nthreads);
-    backward_src_rows<scalar_t>(t_rowptr.data_ptr<int64_t>(), t_row.data_ptr<int64_t>(), pk, ss, z, g, ns, H, C,
-                                slope, grad_s_src.data_ptr<scalar_t>(), grad_z.data_ptr<scalar_t>(), nthreads);
+    const int64_t dst_block = head_block(ns, H, C, sizeof(scalar_t));  // the destination pass gathers z_j
+    for (int64_t h0 = 0; h0 < H; h0 += dst_block)
+      backward_dst_rows<scalar_t>(rowptr.data_ptr<int64_t>(), col.data_ptr<int64_t>(), pk, ss, z, g, nd, H, C, slope,
+                                  grad_s_dst.data_ptr<scalar_t>(), h0, std::min(H, h0 + dst_block), nthreads);
+    const int64_t src_block = head_block(nd, H, C + kPack, sizeof(scalar_t));  // the source pass gathers g_i
+    for (int64_t h0 = 0; h0 < H; h0 += src_block)
+      backward_src_rows<scalar_t>(t_rowptr.data_ptr<int64_t>(), t_row.data_ptr<int64_t>(), pk, ss, z, g, ns, H, C,
+                                  slope, grad_s_src.data_ptr<scalar_t>(), grad_z.data_ptr<scalar_t>(), h0,
+                                  std::min(H, h0 + src_block), nthreads);
   });
   return {grad_s_dst, grad_s_src, grad_z};
 }
@@ -294,12 +325,13 @@ std::vector<torch::Tensor> gat_backward_shard(torch::Tensor rowptr, torch::Tenso
 // ---------------------------------------------------------------------------------------------
 // Transpose of a CSR shard (a stable counting sort by column): for every source row j, the
 // destinations that have an edge from j, in increasing order.
-std::vector<torch::Tensor> csr_transpose(torch::Tensor rowptr, torch::Tensor col, int64_t num_src) {
+
+std::vector<at::Tensor> csr_transpose(at::Tensor rowptr, at::Tensor col, int64_t num_src) {
   check_csr(rowptr, col);
   TORCH_CHECK(num_src >= 0, "num_src must be non-negative");
   const int64_t nd = rowptr.numel() - 1, ne = col.numel();
-  auto t_rowptr = torch::zeros({num_src + 1}, rowptr.options());
-  auto t_row = torch::empty({ne}, rowptr.options());
+  auto t_rowptr = at::zeros({num_src + 1}, rowptr.options());
+  auto t_row = at::empty({ne}, rowptr.options());
   const int64_t* rp = rowptr.data_ptr<int64_t>();
   const int64_t* cl = col.data_ptr<int64_t>();
   int64_t* trp = t_rowptr.data_ptr<int64_t>();
@@ -317,16 +349,19 @@ std::vector<torch::Tensor> csr_transpose(torch::Tensor rowptr, torch::Tensor col
   return {t_rowptr, t_row};
 }
 
+namespace {
+
 // ---------------------------------------------------------------------------------------------
-// Running per-destination max over in-edges, with the number of in-edges attaining it.
+// Running per-destination max over in-edges, with the number of in-edges attaining it (int32: exact up to
+// 2^31 - 1 in-edges of one node, and as small as a float32 max).
 template <typename scalar_t>
 void max_rows(const int64_t* __restrict__ rowptr, const int64_t* __restrict__ col,
               const scalar_t* __restrict__ x, int64_t nd, int64_t F, scalar_t* __restrict__ mx,
-              int64_t* __restrict__ cnt, int nthreads) {
+              int32_t* __restrict__ cnt, int nthreads) {
 #pragma omp parallel num_threads(nthreads)
   {
     std::vector<scalar_t> smax(F);
-    std::vector<int64_t> scnt(F);
+    std::vector<int32_t> scnt(F);
 #pragma omp for schedule(dynamic, kChunk)
     for (int64_t i = 0; i < nd; ++i) {
       const int64_t begin = rowptr[i], end = rowptr[i + 1];
@@ -348,7 +383,7 @@ void max_rows(const int64_t* __restrict__ rowptr, const int64_t* __restrict__ co
         }
       }
       scalar_t* mi = mx + i * F;
-      int64_t* ci = cnt + i * F;
+      int32_t* ci = cnt + i * F;
       for (int64_t f = 0; f < F; ++f) {
         if (smax[f] > mi[f]) {
           mi[f] = smax[f];
@@ -361,28 +396,32 @@ void max_rows(const int64_t* __restrict__ rowptr, const int64_t* __restrict__ co
   }
 }
 
-std::vector<torch::Tensor> csr_max_shard(torch::Tensor rowptr, torch::Tensor col, torch::Tensor x_src,
-                                         torch::Tensor mx, torch::Tensor cnt) {
+}  // namespace
+
+std::vector<at::Tensor> csr_max_shard(at::Tensor rowptr, at::Tensor col, at::Tensor x_src,
+                                         at::Tensor mx, at::Tensor cnt) {
   check_csr(rowptr, col);
   TORCH_CHECK(x_src.dim() == 2 && x_src.is_contiguous(), "x_src must be a contiguous [Ns,F] tensor");
   check_dense(mx, x_src, 2, "max");
-  TORCH_CHECK(cnt.dtype() == torch::kInt64 && cnt.is_contiguous() && cnt.sizes() == mx.sizes(),
-              "count must be a contiguous int64 tensor shaped like max");
+  TORCH_CHECK(cnt.dtype() == at::kInt && cnt.is_contiguous() && cnt.sizes() == mx.sizes(),
+              "count must be a contiguous int32 tensor shaped like max");
   const int64_t nd = rowptr.numel() - 1, F = x_src.size(1);
   TORCH_CHECK(mx.size(0) == nd && mx.size(1) == F, "max must be [Nd,F]");
   const int nthreads = at::get_num_threads();
   AT_DISPATCH_FLOATING_TYPES(x_src.scalar_type(), "csr_max_shard", [&] {
     max_rows<scalar_t>(rowptr.data_ptr<int64_t>(), col.data_ptr<int64_t>(), x_src.data_ptr<scalar_t>(), nd, F,
-                       mx.data_ptr<scalar_t>(), cnt.data_ptr<int64_t>(), nthreads);
+                       mx.data_ptr<scalar_t>(), cnt.data_ptr<int32_t>(), nthreads);
   });
   return {mx, cnt};
 }
+
+namespace {
 
 // Gradient of the max: each source value equal to its destination's max gets grad / count.
 template <typename scalar_t>
 void max_backward_rows(const int64_t* __restrict__ t_rowptr, const int64_t* __restrict__ t_row,
                        const scalar_t* __restrict__ x, const scalar_t* __restrict__ mx,
-                       const int64_t* __restrict__ cnt, const scalar_t* __restrict__ g, int64_t ns, int64_t F,
+                       const int32_t* __restrict__ cnt, const scalar_t* __restrict__ g, int64_t ns, int64_t F,
                        scalar_t* __restrict__ gx, int nthreads) {
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, kChunk)
   for (int64_t j = 0; j < ns; ++j) {
@@ -398,34 +437,26 @@ void max_backward_rows(const int64_t* __restrict__ t_rowptr, const int64_t* __re
   }
 }
 
-torch::Tensor csr_max_backward(torch::Tensor t_rowptr, torch::Tensor t_row, torch::Tensor x_src,
-                               torch::Tensor mx, torch::Tensor cnt, torch::Tensor grad_out) {
+}  // namespace
+
+at::Tensor csr_max_backward(at::Tensor t_rowptr, at::Tensor t_row, at::Tensor x_src,
+                               at::Tensor mx, at::Tensor cnt, at::Tensor grad_out) {
   check_csr(t_rowptr, t_row);
   TORCH_CHECK(x_src.dim() == 2 && x_src.is_contiguous(), "x_src must be a contiguous [Ns,F] tensor");
   check_dense(mx, x_src, 2, "max");
   check_dense(grad_out, x_src, 2, "grad_out");
-  TORCH_CHECK(cnt.dtype() == torch::kInt64 && cnt.is_contiguous() && cnt.sizes() == mx.sizes(),
-              "count must be a contiguous int64 tensor shaped like max");
+  TORCH_CHECK(cnt.dtype() == at::kInt && cnt.is_contiguous() && cnt.sizes() == mx.sizes(),
+              "count must be a contiguous int32 tensor shaped like max");
   const int64_t ns = x_src.size(0), F = x_src.size(1);
   TORCH_CHECK(t_rowptr.numel() == ns + 1, "transpose rowptr must have Ns+1 entries");
-  auto gx = torch::empty_like(x_src);
+  auto gx = at::empty_like(x_src);
   const int nthreads = at::get_num_threads();
   AT_DISPATCH_FLOATING_TYPES(x_src.scalar_type(), "csr_max_backward", [&] {
     max_backward_rows<scalar_t>(t_rowptr.data_ptr<int64_t>(), t_row.data_ptr<int64_t>(),
-                                x_src.data_ptr<scalar_t>(), mx.data_ptr<scalar_t>(), cnt.data_ptr<int64_t>(),
+                                x_src.data_ptr<scalar_t>(), mx.data_ptr<scalar_t>(), cnt.data_ptr<int32_t>(),
                                 grad_out.data_ptr<scalar_t>(), ns, F, gx.data_ptr<scalar_t>(), nthreads);
   });
   return gx;
 }
 
-}  // namespace
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, mod) {
-  namespace py = pybind11;
-  const auto nogil = py::call_guard<py::gil_scoped_release>();
-  mod.def("gat_forward_shard", &gat_forward_shard, "update (m, l, acc) in place with one CSR shard", nogil);
-  mod.def("gat_backward_shard", &gat_backward_shard, "gradients of one CSR shard", nogil);
-  mod.def("csr_transpose", &csr_transpose, "transpose a CSR shard", nogil);
-  mod.def("csr_max_shard", &csr_max_shard, "update (max, count) in place with one CSR shard", nogil);
-  mod.def("csr_max_backward", &csr_max_backward, "gradient of the running max", nogil);
-}
+}  // namespace sarlab_kernels

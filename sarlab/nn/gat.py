@@ -6,6 +6,7 @@ from torch import nn
 
 import kernels
 
+from ..aggregators import shard_transpose
 from ..shards import Shard
 
 
@@ -19,17 +20,17 @@ UNFUSED_CHUNK_EDGES = 1 << 15
 
 
 def _row_chunks(rowptr: torch.Tensor, max_edges: int) -> list[tuple[int, int]]:
-    """Destination-row ranges [a, b) holding at most ``max_edges`` in-edges each (or a single row)."""
-    n, total = rowptr.numel() - 1, int(rowptr[-1])
+    """Destination-row ranges [first, end) holding at most ``max_edges`` in-edges each (or a single row)."""
+    num_rows, total = rowptr.numel() - 1, int(rowptr[-1])
     if total <= max_edges:
-        return [(0, n)]
-    out, a = [], 0
-    while a < n:
-        b = int(torch.searchsorted(rowptr, rowptr[a] + max_edges, right=True)) - 1
-        b = min(max(b, a + 1), n)
-        out.append((a, b))
-        a = b
-    return out
+        return [(0, num_rows)]
+    chunks, first = [], 0
+    while first < num_rows:
+        end = int(torch.searchsorted(rowptr, rowptr[first] + max_edges, right=True)) - 1
+        end = min(max(end, first + 1), num_rows)
+        chunks.append((first, end))
+        first = end
+    return chunks
 
 
 class AttentionAggregation:
@@ -41,8 +42,8 @@ class AttentionAggregation:
     grows both are rescaled by ``exp(m_old - m_new)``; ``out = acc / l`` after the last shard.
 
     ``fused``: the C++ kernels stream edges without storing per-edge tensors, forward and backward.
-    Unfused: plain torch; in ``sa`` and ``oneshot`` it builds and keeps the autograd graph (E x H
-    logits and E x H x C messages per layer), as a vanilla implementation does.
+    Unfused: plain torch; in ``sa`` and ``oneshot`` (and on one worker) it builds and keeps the autograd
+    graph (E x H logits and E x H x C messages per layer), as a plain PyG-style implementation does.
     """
 
     linear = False
@@ -69,8 +70,8 @@ class AttentionAggregation:
         z, s_src, s_dst = self._dst(dst_x)
         e = _leaky(s_dst + s_src, self.slope)
         m = e.detach().clone()
-        p = torch.exp(e - m)  # 1, but differentiable when the graph is kept
-        return [m, p, p.unsqueeze(-1) * z]
+        self_weight = torch.exp(e - m)  # 1, but differentiable when the graph is kept
+        return [m, self_weight, self_weight.unsqueeze(-1) * z]
 
     def accumulate(self, state: list, shard: Shard, rows, dst_x, params) -> list:
         if shard.num_edges == 0:
@@ -84,28 +85,29 @@ class AttentionAggregation:
             return list(kernels.gat_forward_shard(shard.rowptr, shard.src, s_dst, s_src, z_src, self.slope,
                                                   (m, l, acc), backend=self.backend, inplace=True))
         s_dst = s_dst.contiguous()
-        for a, b in _row_chunks(shard.rowptr, UNFUSED_CHUNK_EDGES):  # in place into row slices of the state
-            lo, hi = int(shard.rowptr[a]), int(shard.rowptr[b])
-            kernels.gat_forward_shard(shard.rowptr[a:b + 1] - lo, shard.src[lo:hi], s_dst[a:b], s_src, z_src,
-                                      self.slope, (m[a:b], l[a:b], acc[a:b]), backend="torch", inplace=True)
+        for first, end in _row_chunks(shard.rowptr, UNFUSED_CHUNK_EDGES):  # in place into row slices of the state
+            edge_first, edge_end = int(shard.rowptr[first]), int(shard.rowptr[end])
+            kernels.gat_forward_shard(shard.rowptr[first:end + 1] - edge_first, shard.src[edge_first:edge_end],
+                                      s_dst[first:end], s_src, z_src, self.slope,
+                                      (m[first:end], l[first:end], acc[first:end]), backend="torch", inplace=True)
         return [m, l, acc]
 
     def _accumulate_autograd(self, state, shard, z_src, s_src, s_dst) -> list:
         m_old, l_old, acc_old = state
         e = _leaky(s_dst[shard.dst] + s_src[shard.src], self.slope)  # [E, H]
-        idx = shard.dst.view(-1, 1).expand_as(e)
-        m_new = torch.maximum(m_old, torch.full_like(m_old, -torch.inf).scatter_reduce(0, idx, e.detach(), "amax"))
+        edge_rows = shard.dst.view(-1, 1).expand_as(e)
+        shard_max = torch.full_like(m_old, -torch.inf).scatter_reduce(0, edge_rows, e.detach(), "amax")
+        m_new = torch.maximum(m_old, shard_max)
         scale = torch.where(torch.isinf(m_old), torch.zeros_like(m_old), torch.exp(m_old - m_new))
-        p = torch.exp(e - m_new[shard.dst])
-        l_new = l_old * scale + torch.zeros_like(l_old).index_add(0, shard.dst, p)
-        msg = p.unsqueeze(-1) * z_src[shard.src]  # [E, H, C]
+        weight = torch.exp(e - m_new[shard.dst])
+        l_new = l_old * scale + torch.zeros_like(l_old).index_add(0, shard.dst, weight)
+        msg = weight.unsqueeze(-1) * z_src[shard.src]  # [E, H, C]
         acc_new = acc_old * scale.unsqueeze(-1) + torch.zeros_like(acc_old).index_add(0, shard.dst, msg)
         return [m_new, l_new, acc_new]
 
     def finalize(self, graph, state: list, dst_x, params):
         m, l, acc = state
-        safe = torch.where(l > 0, l, torch.ones_like(l))
-        return acc / safe.unsqueeze(-1), (m.detach(), l.detach())
+        return kernels.gat_finalize(m, l, acc), (m.detach(), l.detach())
 
     # --- backward -----------------------------------------------------------------------------
     def shard_vjp(self, graph, saved, out, shard: Shard, rows, dst_x, params, grad_out):
@@ -117,11 +119,7 @@ class AttentionAggregation:
             return torch.zeros_like(rows), g_dst, ()
         delta = (grad_out * out).sum(-1)
         backend = self.backend if self.fused else "torch"
-        transpose = None
-        if kernels.backend() == "cpp" and backend != "torch":
-            transpose = shard.cache.get("csc")
-            if transpose is None:
-                transpose = shard.cache["csc"] = kernels.csr_transpose(shard.rowptr, shard.src, shard.num_src)
+        transpose = shard_transpose(shard, backend)
         s_dst, s_src, z_src, grad_out = (t.contiguous() for t in (s_dst, s_src, z_src, grad_out))
         if self.fused:
             g_s_dst, g_s_src, g_z = kernels.gat_backward_shard(
@@ -130,12 +128,13 @@ class AttentionAggregation:
         else:
             g_s_dst = torch.empty_like(s_dst)
             g_s_src, g_z = torch.zeros_like(s_src), torch.zeros_like(z_src)
-            for a, b in _row_chunks(shard.rowptr, UNFUSED_CHUNK_EDGES):
-                lo, hi = int(shard.rowptr[a]), int(shard.rowptr[b])
+            for first, end in _row_chunks(shard.rowptr, UNFUSED_CHUNK_EDGES):
+                edge_first, edge_end = int(shard.rowptr[first]), int(shard.rowptr[end])
                 part = kernels.gat_backward_shard(
-                    shard.rowptr[a:b + 1] - lo, shard.src[lo:hi], s_dst[a:b], s_src, z_src, self.slope, m[a:b],
-                    l[a:b], grad_out[a:b], delta[a:b], backend="torch")
-                g_s_dst[a:b] = part[0]
+                    shard.rowptr[first:end + 1] - edge_first, shard.src[edge_first:edge_end], s_dst[first:end],
+                    s_src, z_src, self.slope, m[first:end], l[first:end], grad_out[first:end], delta[first:end],
+                    backend="torch")
+                g_s_dst[first:end] = part[0]
                 g_s_src += part[1]
                 g_z += part[2]
         g_dst[:, -self.heads:] = g_s_dst
@@ -186,15 +185,27 @@ class GATConv(nn.Module):
         self.in_channels, self.out_channels, self.heads, self.concat = in_channels, out_channels, heads, concat
         self.negative_slope, self.add_self_loops, self.residual = negative_slope, add_self_loops, residual
         total = heads * out_channels if concat else out_channels
-        self.lin = nn.Linear(in_channels, heads * out_channels, bias=False)
+        # allocated here, initialised in reset_parameters (skip_init draws no random numbers)
+        self.lin = nn.utils.skip_init(nn.Linear, in_channels, heads * out_channels, bias=False)
         self.att_src = nn.Parameter(torch.empty(heads, out_channels))
         self.att_dst = nn.Parameter(torch.empty(heads, out_channels))
+        self.res = nn.utils.skip_init(nn.Linear, in_channels, total, bias=False) if residual else None
+        self.bias = nn.Parameter(torch.empty(total)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Kaiming-uniform projection (as ``nn.Linear``), Glorot-uniform attention vectors, then the residual
+        projection, zero bias (in this order, so that a seed gives the same weights)."""
+        self.lin.reset_parameters()
         nn.init.xavier_uniform_(self.att_src)
         nn.init.xavier_uniform_(self.att_dst)
-        self.res = nn.Linear(in_channels, total, bias=False) if residual else None
-        self.bias = nn.Parameter(torch.zeros(total)) if bias else None
+        if self.res is not None:
+            self.res.reset_parameters()
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
 
     def pyg_parameter_map(self) -> dict:
+        """This layer's parameter names -> the names of the same tensors in PyG's ``GATConv``."""
         names = {"lin.weight": "lin.weight", "att_src": "att_src", "att_dst": "att_dst"}
         if self.res is not None:
             names["res.weight"] = "res.weight"
@@ -208,12 +219,12 @@ class GATConv(nn.Module):
         s_src = (z * self.att_src).sum(-1)
         s_dst = (z * self.att_dst).sum(-1)
         rows = torch.cat([z.reshape(n, heads * channels), s_src], 1)
-        dst_x = torch.cat([rows, s_dst], 1)
-        cfg = graph.config
-        agg = AttentionAggregation(heads, channels, self.negative_slope, self.add_self_loops, cfg.fused,
-                                   None if cfg.kernels == "auto" else cfg.kernels)
-        out = graph.aggregate(agg, rows, dst_x)
-        out = out.reshape(n, heads * channels) if self.concat else out.mean(1)
+        dst_x = graph.dst(torch.cat([rows, s_dst], 1))
+        config = graph.config
+        attention = AttentionAggregation(heads, channels, self.negative_slope, self.add_self_loops, config.fused,
+                                         None if config.kernels == "auto" else config.kernels)
+        out = graph.aggregate(attention, rows, dst_x)
+        out = out.reshape(out.shape[0], heads * channels) if self.concat else out.mean(1)
         if self.res is not None:
-            out = out + self.res(x)
+            out = out + self.res(graph.dst(x))
         return out if self.bias is None else out + self.bias

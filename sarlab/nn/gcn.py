@@ -27,12 +27,19 @@ class GCNConv(nn.Module):
 
     def __init__(self, in_channels: int, out_channels: int, bias: bool = True):
         super().__init__()
-        self.lin = nn.Linear(in_channels, out_channels, bias=False)
-        self.bias = nn.Parameter(torch.zeros(out_channels)) if bias else None
+        # allocated here, initialised in reset_parameters (skip_init draws no random numbers)
+        self.lin = nn.utils.skip_init(nn.Linear, in_channels, out_channels, bias=False)
+        self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Kaiming-uniform weight (as ``nn.Linear``), zero bias."""
+        self.lin.reset_parameters()
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
 
     def forward(self, graph, x: torch.Tensor) -> torch.Tensor:
         h = self.lin(x)
-        dinv = (graph.in_degree + 1).to(h.dtype).rsqrt().unsqueeze(1)
-        h = h * dinv
-        out = (graph.aggregate(_SUM, h) + h) * dinv
+        h = h * (graph.src_in_degree + 1).to(h.dtype).rsqrt().unsqueeze(1)
+        out = (graph.aggregate(_SUM, h) + graph.dst(h)) * (graph.in_degree + 1).to(h.dtype).rsqrt().unsqueeze(1)
         return out if self.bias is None else out + self.bias

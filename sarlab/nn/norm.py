@@ -59,10 +59,22 @@ class DistBatchNorm(nn.Module):
     def __init__(self, channels: int, eps: float = 1e-5, momentum: float = 0.1):
         super().__init__()
         self.eps, self.momentum = eps, momentum
-        self.weight = nn.Parameter(torch.ones(channels))
-        self.bias = nn.Parameter(torch.zeros(channels))
-        self.register_buffer("running_mean", torch.zeros(channels))
-        self.register_buffer("running_var", torch.ones(channels))
+        self.weight = nn.Parameter(torch.empty(channels))
+        self.bias = nn.Parameter(torch.empty(channels))
+        self.register_buffer("running_mean", torch.empty(channels))
+        self.register_buffer("running_var", torch.empty(channels))
+        self.reset_parameters()
+
+    def reset_running_stats(self) -> None:
+        """Running mean 0 and running variance 1, as ``torch.nn.BatchNorm1d``."""
+        self.running_mean.zero_()
+        self.running_var.fill_(1.0)
+
+    def reset_parameters(self) -> None:
+        """Scale 1, shift 0 and fresh running statistics, as ``torch.nn.BatchNorm1d``."""
+        self.reset_running_stats()
+        nn.init.ones_(self.weight)
+        nn.init.zeros_(self.bias)
 
     def forward(self, graph, x: torch.Tensor) -> torch.Tensor:
         if not self.training:

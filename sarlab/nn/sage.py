@@ -18,7 +18,8 @@ class SAGEConv(nn.Module):
 
     with :math:`\phi` the identity (``mean``, ``max``) or :math:`\operatorname{ReLU}(\mathbf{W}_p x + b_p)`
     (``pool``, computed by the owner before rows are sent). ``mean`` is SAR case 1 (no re-fetch in the
-    backward pass); ``max`` and ``pool`` re-fetch and rematerialize (case 2).
+    backward pass); ``max`` and ``pool`` re-fetch and rematerialize (case 2) through the kernels' running
+    max (the engine config's ``kernels`` picks their backend).
 
     Args:
         in_channels: input feature size.
@@ -31,11 +32,21 @@ class SAGEConv(nn.Module):
         if aggr not in AGGRS:
             raise ValueError(f"unknown SAGE aggregator {aggr!r}: choose one of {', '.join(AGGRS)}")
         self.aggr = aggr
-        self.aggregation = Aggregation("mean" if aggr == "mean" else "max")
-        self.lin = nn.Linear(in_channels, in_channels, bias=True) if aggr == "pool" else None
-        self.lin_l = nn.Linear(in_channels, out_channels, bias=True)
-        self.lin_r = nn.Linear(in_channels, out_channels, bias=False)
+        self.reduce = "mean" if aggr == "mean" else "max"
+        # parameters are allocated here and initialised in reset_parameters (skip_init draws no random numbers)
+        self.lin = nn.utils.skip_init(nn.Linear, in_channels, in_channels, bias=True) if aggr == "pool" else None
+        self.lin_l = nn.utils.skip_init(nn.Linear, in_channels, out_channels, bias=True)
+        self.lin_r = nn.utils.skip_init(nn.Linear, in_channels, out_channels, bias=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Initialise the weights as ``nn.Linear`` does (Kaiming-uniform), pool projection first."""
+        if self.lin is not None:
+            self.lin.reset_parameters()
+        self.lin_l.reset_parameters()
+        self.lin_r.reset_parameters()
 
     def forward(self, graph, x: torch.Tensor) -> torch.Tensor:
         src = torch.relu(self.lin(x)) if self.lin is not None else x
-        return self.lin_l(graph.aggregate(self.aggregation, src)) + self.lin_r(x)
+        aggregation = Aggregation(self.reduce, backend=graph.config.kernels)
+        return self.lin_l(graph.aggregate(aggregation, src)) + self.lin_r(graph.dst(x))

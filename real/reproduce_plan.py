@@ -1,0 +1,132 @@
+"""What ``sarlab reproduce`` runs: the figure recipes and the plan of steps and units with their parameters.
+
+A *step* is a group of figures regenerated together (``fig2``, ``fig3_fig4``, ``fig5_fig6``); a *unit* is one
+figure, measured here or simulated, described by a dict of everything its outputs depend on. The driver
+(:mod:`real.reproduce`) runs the units (:mod:`real.reproduce_units`) and caches them (:mod:`real.step_cache`).
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from simulator.profile import PRESETS, load_profile
+
+from .figures import MEASURED, SIMULATED
+from .step_cache import params_sha
+
+REPO = Path(__file__).resolve().parent.parent
+STEPS = ("fig2", "fig3_fig4", "fig5_fig6")
+ALIASES = {"fig2": "fig2", "fig3": "fig3_fig4", "fig4": "fig3_fig4", "fig3_fig4": "fig3_fig4",
+           "fig5": "fig5_fig6", "fig6": "fig5_fig6", "fig5_fig6": "fig5_fig6"}
+
+#: the two models of figures 3-6 (GAT's hidden is the concatenated width: 4 heads x 32)
+MODELS = {
+    "sage": {"model": "sage", "layers": 3, "hidden": 256, "heads": 1, "aggr": "mean"},
+    "gat": {"model": "gat", "layers": 3, "hidden": 128, "heads": 4, "aggr": "mean"},
+}
+#: (label on the figure, `sarlab bench engine` mode spec, simulator mode, fused GAT kernels)
+SERIES = {
+    "sage": [("sar", "sar", "sar", False), ("vanilla (oneshot)", "oneshot", "oneshot", False)],
+    "gat": [("sar", "sar", "sar", False), ("sar+fused", "sar+fused", "sar", True),
+            ("vanilla (oneshot)", "oneshot", "oneshot", False)],
+}
+PRODUCTS_LIKE = {"degree": 50, "features": 100, "classes": 47}
+#: edge-cut fraction assumed for the estimated METIS partitions of the OGB graphs (the simulator's tests use
+#: the same figures); a random partition would cut (N-1)/N of the edges
+EDGE_CUT = {"ogbn-products": 0.2, "ogbn-papers100M": 0.3}
+
+FULL = {
+    "fig2": {"nodes": 20_000, "degree": 50, "heads": [2, 4, 8], "reps": 5, "quick_base": False},
+    "measured": {"sage": {"nodes": 200_000, **PRODUCTS_LIKE, "hidden": 256},
+                 "gat": {"nodes": 60_000, **PRODUCTS_LIKE, "hidden": 128},
+                 "workers": [2, 4, 8], "epochs": 3},
+    "products_workers": [4, 8, 16],
+    "papers_workers": [32, 64, 128],
+}
+QUICK = {
+    "fig2": {"nodes": 600, "degree": 8, "heads": [2, 4, 8], "reps": 1, "quick_base": True},
+    "measured": {"sage": {"nodes": 1500, "degree": 8, "features": 16, "classes": 8, "hidden": 32},
+                 "gat": {"nodes": 1000, "degree": 8, "features": 16, "classes": 8, "hidden": 32},
+                 "workers": [2], "epochs": 2},
+    "products_workers": [4, 8],
+    "papers_workers": [32, 64],
+}
+
+
+def simulator_source_sha() -> str:
+    """Hash of the simulator's Python sources (a parameter of every simulated unit)."""
+    h = hashlib.sha256()
+    for path in sorted((REPO / "simulator").rglob("*.py")):
+        h.update(str(path.relative_to(REPO)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def profile_identity(spec: str) -> dict[str, str]:
+    """Name, where it comes from, and a hash of the profile's content (a parameter of simulated units)."""
+    profile = load_profile(spec)
+    where = (f"preset '{spec}' from simulator/profile.py, {profile.meta.get('machine', 'assumed figures')}"
+             if spec in PRESETS else f"profile file {Path(spec).resolve()}")
+    return {"name": profile.name, "where": where, "sha": params_sha(profile.to_json())}
+
+
+def build_plan(quick: bool, profile: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """step -> unit -> the unit's parameters (everything its outputs depend on)."""
+    cfg = QUICK if quick else FULL
+    mode = "quick" if quick else "full"
+    plan: dict[str, dict[str, dict[str, Any]]] = {
+        "fig2": {"fig2_gat_layer": {"kind": MEASURED, "figure": "fig2", "run": mode, **cfg["fig2"]}}
+    }
+    prof = profile_identity(profile)
+    sim_sha = simulator_source_sha()
+
+    def simulated(figs: tuple[str, str], graph: str, workers: list[int], memory_scaling: bool) -> dict:
+        """The simulated units of SAGE (first figure) and GAT (second) on an OGB preset."""
+        return {
+            f"{fig}_{model}_{graph}_{SIMULATED}": {
+                "kind": SIMULATED, "figure": fig, "run": mode, "graph": graph, "edge_cut": EDGE_CUT[graph],
+                "workers": workers, "model": MODELS[model], "series": SERIES[model],
+                "profile": profile, "profile_sha": prof["sha"], "simulator_sha": sim_sha, "prefetch": 1,
+                "memory_scaling": memory_scaling,
+            }
+            for fig, model in zip(figs, ("sage", "gat"))
+        }
+
+    step34 = simulated(("fig3", "fig4"), "ogbn-products", cfg["products_workers"], memory_scaling=False)
+    for fig, model in (("fig3", "sage"), ("fig4", "gat")):
+        m = cfg["measured"]
+        graph = {k: m[model][k] for k in ("nodes", "degree", "features", "classes")}
+        step34[f"{fig}_{model}_products-like_{MEASURED}"] = {
+            "kind": MEASURED, "figure": fig, "run": mode, "graph": {**graph, "seed": 0},
+            "model": {**MODELS[model], "hidden": m[model]["hidden"]}, "series": SERIES[model],
+            "workers": m["workers"], "epochs": m["epochs"], "prefetch": 1,
+        }
+    plan["fig3_fig4"] = step34
+    plan["fig5_fig6"] = simulated(("fig5", "fig6"), "ogbn-papers100M", cfg["papers_workers"], memory_scaling=True)
+    return plan
+
+
+def unit_outputs(unit: str, params: dict[str, Any]) -> dict[str, str]:
+    """File name -> kind (measured/simulated) of everything a unit writes."""
+    files = {f"{unit}.png": params["kind"], f"{unit}.csv": params["kind"]}
+    if params["kind"] == MEASURED and params["figure"] != "fig2":
+        files[f"{unit}_records.csv"] = MEASURED
+    return files
+
+
+def select_steps(only: str | None) -> list[str]:
+    """The steps to run, in order; ``only`` is a comma list of steps or figure names."""
+    if not only:
+        return list(STEPS)
+    wanted = set()
+    for name in only.split(","):
+        name = name.strip().lower()
+        if not name:
+            continue
+        if name not in ALIASES:
+            raise ValueError(f"unknown step {name!r} in --only: choose from {', '.join(STEPS)} (or fig2..fig6)")
+        wanted.add(ALIASES[name])
+    return [s for s in STEPS if s in wanted]
+
+

@@ -1,0 +1,93 @@
+"""The metric record: one row per (rank, epoch), its columns and defaults, and the one summary of many.
+
+Measured runs (``real/``), simulated runs (``simulator/``) and the notebooks read and write the same
+records; this module is the only place that lists the columns.
+
+Summary of one configuration (:func:`summarize`), over the measured epochs (``epoch >= warmup`` when there
+are any, else all):
+
+* ``epoch_time_s``: median over epochs of the slowest rank's epoch time; ``epoch_spread`` is
+  ``(max - min) / median`` of those per-epoch times;
+* ``comm_wait_s``, ``compute_s``: median over epochs of the slowest rank's value; ``*_mean_s``: of the mean
+  over ranks;
+* ``bytes_sent_per_epoch``: median over epochs of the bytes all ranks sent; ``bytes_sent_per_worker``: of
+  their mean;
+* ``peak_mem_above_baseline_bytes``: max over ranks and epochs of ``peak_mem_bytes - baseline_mem_bytes``;
+  ``peak_mem_bytes`` and ``baseline_mem_bytes``: the (rank, epoch) with the largest ``peak_mem_bytes``;
+* ``loss``: the loss of the last epoch; ``epochs``, ``ranks``: how many were summarised.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import pandas as pd
+
+#: what every worker measures, once per (rank, epoch)
+METRIC_COLUMNS = ("mode", "model", "workers", "rank", "epoch", "epoch_time_s", "compute_s", "comm_wait_s",
+                  "bytes_sent", "bytes_recv", "peak_mem_bytes", "baseline_mem_bytes", "loss", "train_acc",
+                  "val_acc", "test_acc")
+#: the configuration a record was measured (or simulated) under
+CONFIG_COLUMNS = ("graph", "partition_dir", "num_nodes", "num_edges", "feature_dim", "num_classes", "layers",
+                  "hidden", "heads", "aggr", "fused", "prefetch", "dtype", "batchnorm", "dropout", "threads", "net")
+RECORD_COLUMNS = METRIC_COLUMNS + CONFIG_COLUMNS
+#: values of configuration columns that older records do not carry
+CONFIG_DEFAULTS = {"label": "", "graph": "", "partition_dir": "", "heads": 1, "aggr": "mean", "fused": False,
+                   "prefetch": 1, "dtype": "float32", "batchnorm": False, "dropout": 0.0, "threads": 0,
+                   "net": "loopback"}
+#: the keys that tell one configuration from another in a set of records
+CONFIG_KEYS = ("label", "graph", "partition_dir", "num_nodes", "num_edges", "feature_dim", "num_classes",
+               "model", "layers", "hidden", "heads", "aggr", "fused", "mode", "workers", "prefetch", "dtype",
+               "batchnorm", "dropout", "threads", "net")
+
+
+def measured_epochs(records: pd.DataFrame, warmup: int = 1) -> pd.DataFrame:
+    """The records of epochs ``>= warmup`` (all records when no epoch is that late)."""
+    late = records.epoch >= warmup
+    return records[late] if late.any() else records
+
+
+def summarize(records: pd.DataFrame, keys: Sequence[str] = ("model", "mode", "workers"),
+              warmup: int = 1) -> pd.DataFrame:
+    """One row per configuration (``keys`` present in ``records``) with the columns of the module docstring."""
+    df = measured_epochs(records, warmup)
+    keys = [k for k in keys if k in df.columns]
+    df = df.assign(peak_above=df.peak_mem_bytes - df.baseline_mem_bytes)
+    has = set(df.columns)
+
+    def col(name: str) -> str:  # a missing optional column summarises as NaN
+        return name if name in has else "_nan"
+
+    df = df.assign(_nan=math.nan)
+    per_epoch = df.groupby([*keys, "epoch"], dropna=False, sort=False).agg(
+        epoch_time=("epoch_time_s", "max"), compute=(col("compute_s"), "max"),
+        compute_mean=(col("compute_s"), "mean"), wait=(col("comm_wait_s"), "max"),
+        wait_mean=(col("comm_wait_s"), "mean"), sent=(col("bytes_sent"), lambda b: b.sum(min_count=1)),
+        sent_mean=(col("bytes_sent"), "mean"), peak_above=("peak_above", "max"), ranks=("rank", "nunique"),
+        loss=(col("loss"), "first"))
+    grouped = per_epoch.groupby(keys, dropna=False, sort=False) if keys else per_epoch.groupby(lambda _: 0)
+    out = grouped.agg(
+        epoch_time_s=("epoch_time", "median"),
+        epoch_spread=("epoch_time", lambda t: (t.max() - t.min()) / t.median() if len(t) and t.median() else 0.0),
+        compute_s=("compute", "median"), compute_mean_s=("compute_mean", "median"),
+        comm_wait_s=("wait", "median"), comm_wait_mean_s=("wait_mean", "median"),
+        bytes_sent_per_epoch=("sent", "median"), bytes_sent_per_worker=("sent_mean", "median"),
+        peak_mem_above_baseline_bytes=("peak_above", "max"), loss=("loss", "last"),
+        epochs=("epoch_time", "size"), ranks=("ranks", "max"))
+    worst = df.loc[df.groupby(keys, dropna=False, sort=False).peak_mem_bytes.idxmax()] if keys else \
+        df.loc[[df.peak_mem_bytes.idxmax()]]
+    worst = worst.set_index(keys)[["peak_mem_bytes", "baseline_mem_bytes"]] if keys else \
+        worst[["peak_mem_bytes", "baseline_mem_bytes"]].set_axis(out.index)
+    out = out.join(worst)
+    return out.reset_index() if keys else out.reset_index(drop=True)
+
+
+def describe(records: pd.DataFrame | list) -> str:
+    """One line for a finished run: final loss and accuracies, steady epoch time, peak memory per worker."""
+    df = pd.DataFrame(records)
+    last = df[df.epoch == df.epoch.max()].iloc[0]
+    row = summarize(df, keys=(), warmup=1).iloc[0]
+    return (f"final: loss {last.loss:.4f} train acc {last.train_acc:.3f} val acc {last.val_acc:.3f} "
+            f"test acc {last.test_acc:.3f}; epoch time (median over epochs>0, max over ranks) "
+            f"{row.epoch_time_s:.3f}s; peak memory per worker above baseline (max) "
+            f"{row.peak_mem_above_baseline_bytes / 2**20:.1f} MiB")

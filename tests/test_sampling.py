@@ -1,0 +1,279 @@
+"""Mini-batch training with distributed neighbour sampling (``sarlab.sampling``, ``sarlab.minibatch``).
+
+References are independent of the code under test: PyG's layers with the same weights on the whole graph (fan-out
+``all``) or on the sampled blocks rebuilt from the edges the workers report, and counts over the graph's edge list.
+Multi-worker cases run real gloo processes.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import multiprocessing as mp
+import os
+import traceback
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+from conftest import run_cli
+
+from sarlab.comm import Comm
+from sarlab.config import ALL_NEIGHBOURS, EngineConfig, SamplingConfig, parse_fanouts
+from sarlab.graphs import synthetic_graph
+from sarlab.minibatch import MiniBatchTrainer
+from sarlab.nn.functional import dropout_by_id
+from sarlab.nn.model import GNN, ModelConfig
+from sarlab.partition import load_manifest, load_part, partition
+from sarlab.reference import ReferenceModel, reference_step
+from sarlab.sampling import GraphStore
+from sarlab.shards import ShardedGraph
+from sarlab.train import TrainConfig
+from sarlab.validate_data import InputError
+
+MODELS = (("gcn", "mean"), ("sage", "mean"), ("sage", "max"), ("gat", "mean"))
+STEP_KEY = 7  # the dropout key of the checked step
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return synthetic_graph(nodes=400, degree=6, features=10, classes=4, seed=5)  # a few isolated nodes
+
+
+def test_fanouts_are_parsed_per_layer():
+    assert parse_fanouts("15,10,5", 3) == (15, 10, 5)
+    assert parse_fanouts("all", 2) == (ALL_NEIGHBOURS, ALL_NEIGHBOURS)
+    assert parse_fanouts("4,all", 2) == (4, ALL_NEIGHBOURS)
+    for text, layers in (("15,10", 3), ("0,1", 2), ("x", 1)):
+        with pytest.raises(InputError):
+            parse_fanouts(text, layers)
+    with pytest.raises(InputError):
+        SamplingConfig(batch_size=0)
+
+
+def test_samples_are_uniform_without_replacement(graph):
+    """Each node gets min(k, degree) distinct in-edges of the graph; over many keys every in-neighbour of a node
+    is drawn with probability k / degree."""
+    store = GraphStore.single(graph.src, graph.dst, graph.num_nodes)
+    nodes = torch.arange(graph.num_nodes)
+    degree = np.bincount(graph.dst, minlength=graph.num_nodes)
+    in_nbrs = [set(graph.src[graph.dst == v].tolist()) for v in range(graph.num_nodes)]
+    k = 3
+    sample = store.sample(nodes, k, key=11)
+    assert sample.counts.tolist() == np.minimum(degree, k).tolist()
+    first = 0
+    for v, count in enumerate(sample.counts.tolist()):
+        chosen = sample.neighbours[first:first + count].tolist()
+        first += count
+        assert len(set(chosen)) == count and set(chosen) <= in_nbrs[v]
+    assert torch.equal(store.sample(nodes, k, key=11).neighbours, sample.neighbours)  # deterministic
+    assert not torch.equal(store.sample(nodes, k, key=12).neighbours, sample.neighbours)
+    assert store.sample(nodes, ALL_NEIGHBOURS, key=1).neighbours.numel() == graph.num_edges
+    v = int(np.argmax(degree))
+    rounds = 3000
+    hits = torch.zeros(graph.num_nodes)
+    for key in range(rounds):
+        hits.index_add_(0, store.sample(torch.tensor([v]), k, key).neighbours, torch.ones(k))
+    freq = hits[sorted(in_nbrs[v])] / rounds
+    sigma = (k / degree[v] * (1 - k / degree[v]) / rounds) ** 0.5
+    assert float((freq - k / degree[v]).abs().max()) < 5 * sigma, (freq, k / degree[v])
+    star = GraphStore.single(np.arange(1, 6), np.zeros(5, dtype=np.int64), 6)  # node 0 has 5 in-neighbours
+    pairs: dict = {}
+    for key in range(rounds):
+        pair = tuple(sorted(star.sample(torch.tensor([0]), 2, key).neighbours.tolist()))
+        pairs[pair] = pairs.get(pair, 0) + 1
+    sigma = (0.1 * 0.9 / rounds) ** 0.5
+    assert len(pairs) == 10 and all(abs(c / rounds - 0.1) < 5 * sigma for c in pairs.values()), pairs
+
+
+# ------------------------------------------------------------------------------------------- distributed steps
+def _one_step(part, comm: Comm, model_cfg: ModelConfig, sampling: SamplingConfig, dtype: str) -> dict:
+    """One mini-batch step on this worker's first batch: reduced gradients and the batch in global ids."""
+    graph = ShardedGraph.from_partition(part, comm, EngineConfig(mode="sar"))
+    trainer = MiniBatchTrainer(graph, part, model_cfg, TrainConfig(dtype=dtype), sampling)
+    seeds = trainer.batches(0)[0]
+    batch, fetch = trainer.prepare(seeds, 0)
+    x, degree = fetch.wait()
+    batch.blocks[0].src_in_degree = degree
+    total = float(graph.all_reduce(torch.tensor([float(seeds.numel())], dtype=torch.float64))[0])
+    _, _, grads = trainer.batch_gradients(batch, x, total, STEP_KEY)
+    levels, sources = [], batch.input_ids
+    for block in batch.blocks:  # global ids of every level's rows and of every sampled edge
+        shard = block.local.local_shard
+        levels.append({"src": sources.clone(), "edge_src": sources[shard.src].clone(),
+                       "edge_dst": sources[shard.dst].clone(), "num_dst": block.num_nodes})
+        sources = sources[:block.num_nodes]
+    names = [n for n, _ in trainer.model.named_parameters()]
+    return {"grads": {n: g.clone() for n, g in zip(names, grads)}, "levels": levels,
+            "init": {k: v.clone() for k, v in trainer.model.state_dict().items()}}
+
+
+def _rank_entry(rank: int, world: int, port: int, pdir: str, cases: list, out: str) -> None:
+    try:
+        torch.set_num_threads(1)
+        timeout = datetime.timedelta(seconds=120)
+        store = dist.TCPStore("127.0.0.1", port, world_size=None, is_master=False, timeout=timeout)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
+        part = load_part(pdir, rank)
+        torch.save([_one_step(part, Comm(rank, world), *case) for case in cases], f"{out}.rank{rank}.pt")
+        dist.barrier()
+        dist.destroy_process_group()
+    except BaseException:
+        with open(f"{out}.rank{rank}.err", "w") as f:
+            f.write(traceback.format_exc())
+        raise
+
+
+def run_steps(graph, workers: int, cases: list, tmp_path, timeout: float = 300) -> list[list[dict]]:
+    """Partition ``graph`` into ``workers`` parts and run every case's first step on each; [rank][case] results
+    with ids mapped to original node ids."""
+    pdir = str(tmp_path / f"parts{workers}")
+    partition(graph, workers, pdir)
+    if workers == 1:
+        results = [[_one_step(load_part(pdir, 0), Comm(0, 1), *case) for case in cases]]
+    else:
+        out = str(tmp_path / f"step{workers}")
+        store = dist.TCPStore("127.0.0.1", 0, world_size=None, is_master=True, wait_for_workers=False,
+                              timeout=datetime.timedelta(seconds=120))
+        procs = [mp.get_context("spawn").Process(target=_rank_entry, args=(r, workers, store.port, pdir, cases, out))
+                 for r in range(workers)]
+        for p in procs:
+            p.start()
+        try:
+            for p in procs:
+                p.join(timeout)
+            errors = [open(f"{out}.rank{r}.err").read() for r in range(workers) if os.path.exists(f"{out}.rank{r}.err")]
+            if errors or any(p.exitcode != 0 for p in procs):
+                pytest.fail(f"ranks exited {[p.exitcode for p in procs]} (None: still running after {timeout}s)\n"
+                            + "\n".join(errors))
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+                    p.join(10)
+        results = [torch.load(f"{out}.rank{r}.pt", weights_only=True) for r in range(workers)]
+    manifest = load_manifest(pdir)
+    to_orig = torch.from_numpy(np.concatenate([np.load(os.path.join(pdir, f"part{p}", "orig_ids.npy"))
+                                               for p in range(manifest["num_parts"])])).long()
+    for rank_results in results:
+        for res in rank_results:
+            for level in res["levels"]:
+                for key in ("src", "edge_src", "edge_dst"):
+                    level[key] = to_orig[level[key]]
+    return results
+
+
+def _max_rel_err(ours: dict, ref: dict) -> float:
+    scale = max(float(g.abs().max()) for g in ref.values())
+    return max(float((ours[n] - g).abs().max()) / scale for n, g in ref.items())
+
+
+def _model(model_cfg: ModelConfig, graph, init: dict, dtype) -> GNN:
+    model = GNN(model_cfg, graph.features.shape[1], graph.num_classes).to(dtype)
+    model.load_state_dict(init)
+    return model
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("workers", [1, 3])
+def test_fanout_all_one_batch_equals_full_batch_gradients(graph, tmp_path, workers):
+    """Fan-out ``all`` with one batch holding every training node: the gradients of PyG on the whole graph."""
+    cases = [(ModelConfig(model=m, aggr=a, layers=3, hidden=8, heads=2, dropout=0.3, seed=4),
+              SamplingConfig(fanouts=(ALL_NEIGHBOURS,) * 3, batch_size=10**6), "float64") for m, a in MODELS]
+    results = run_steps(graph, workers, cases, tmp_path)
+    for i, (model_cfg, _, _) in enumerate(cases):
+        ref = reference_step(_model(model_cfg, graph, results[0][i]["init"], torch.float64), graph, torch.float64,
+                             epoch=STEP_KEY)
+        for rank_results in results:
+            err = _max_rel_err(rank_results[i]["grads"], ref["grads"])
+            assert err < 1e-10, (model_cfg.model, model_cfg.aggr, err)
+
+
+def _block_reference(model_cfg: ModelConfig, graph, init: dict, per_rank_levels: list) -> dict:
+    """Gradients of the step on the sampled blocks, computed with PyG's layers (GCN: its unnormalised
+    propagation with the sampled estimator's edge weights) over every worker's blocks."""
+    from torch_geometric.nn import GCNConv
+
+    dtype = torch.float64
+    ref = ReferenceModel(_model(model_cfg, graph, init, dtype), dtype)
+    ref.train()
+    x_all = torch.from_numpy(graph.features).to(dtype)
+    labels = torch.from_numpy(graph.labels)
+    degree = torch.from_numpy(np.bincount(graph.dst, minlength=graph.num_nodes)).to(dtype)
+    total, seeds_total = 0.0, sum(levels[-1]["num_dst"] for levels in per_rank_levels)
+    for levels in per_rank_levels:
+        x = x_all[levels[0]["src"]]
+        for i, (conv, level) in enumerate(zip(ref.convs, levels)):
+            src, n_dst = level["src"], level["num_dst"]
+            pos = {int(v): j for j, v in enumerate(src.tolist())}
+            e_src = torch.tensor([pos[int(v)] for v in level["edge_src"].tolist()], dtype=torch.long)
+            e_dst = torch.tensor([pos[int(v)] for v in level["edge_dst"].tolist()], dtype=torch.long)
+            if model_cfg.model == "gcn":
+                sampled = torch.bincount(e_dst, minlength=n_dst).to(dtype)
+                d_hat = degree[src] + 1
+                weight = degree[src[e_dst]] / sampled[e_dst] / (d_hat[e_dst] * d_hat[e_src]).sqrt()
+                loops = torch.arange(n_dst)
+                index = torch.stack([torch.cat([e_src, loops]), torch.cat([e_dst, loops])])
+                plain = GCNConv(conv.in_channels, conv.out_channels, normalize=False, add_self_loops=False).to(dtype)
+                plain.lin, plain.bias = conv.lin, conv.bias  # the reference's own parameters
+                x = plain(x, index, torch.cat([weight, 1.0 / d_hat[:n_dst]]))[:n_dst]
+            else:
+                x = conv((x, x[:n_dst]), torch.stack([e_src, e_dst]))
+            if i < len(levels) - 1:
+                x = torch.relu(x)
+                x = dropout_by_id(x, model_cfg.dropout, src[:n_dst], (model_cfg.seed, STEP_KEY, i), True)
+        seeds = levels[-1]["src"][:levels[-1]["num_dst"]]
+        total = total + torch.nn.functional.cross_entropy(x, labels[seeds], reduction="sum")
+    (total / seeds_total).backward()
+    return ref.gradients_by_sarlab_name()
+
+
+@pytest.mark.timeout(600)
+def test_sampled_steps_match_pyg_on_their_blocks_and_samples_do_not_depend_on_workers(graph, tmp_path):
+    """Fan-outs 3, 2 with small batches on 1 and 3 workers: (a) each step's gradients are PyG's on the blocks
+    the workers sampled; (b) every (layer, node) sampled on both runs got the same neighbours."""
+    cases = [(ModelConfig(model=m, aggr=a, layers=2, hidden=8, heads=2, dropout=0.2, seed=3),
+              SamplingConfig(fanouts=(3, 2), batch_size=40), "float64") for m, a in MODELS]
+    runs = {n: run_steps(graph, n, cases, tmp_path) for n in (1, 3)}
+    for results in runs.values():
+        for i, (model_cfg, _, _) in enumerate(cases):
+            expected = _block_reference(model_cfg, graph, results[0][i]["init"], [r[i]["levels"] for r in results])
+            for rank_results in results:
+                err = _max_rel_err(rank_results[i]["grads"], expected)
+                assert err < 1e-10, (model_cfg.model, model_cfg.aggr, err)
+
+    def samples(results) -> dict:
+        out = {}
+        for rank_results in results:
+            mine: dict = {}
+            for layer, level in enumerate(rank_results[0]["levels"]):
+                for v in level["src"][:level["num_dst"]].tolist():
+                    mine[(layer, v)] = []
+                for v, u in zip(level["edge_dst"].tolist(), level["edge_src"].tolist()):
+                    mine[(layer, v)].append(u)
+            for key, nbrs in mine.items():  # a node two workers both needed got the same sample on both
+                assert out.setdefault(key, sorted(nbrs)) == sorted(nbrs)
+        return out
+
+    one, three = samples(runs[1]), samples(runs[3])
+    common = set(one) & set(three)
+    assert len(common) >= 20
+    assert all(one[k] == three[k] for k in common)
+
+
+@pytest.mark.timeout(600)
+def test_train_cli_sampling_mode(tmp_path):
+    out = tmp_path / "records.json"
+    res = run_cli(["train", "--graph", "synthetic:nodes=1200,degree=6,features=8,classes=3,seed=1", "--workers", "2",
+                   "--mode", "sampling", "--fanouts", "4,3", "--batch-size", "100", "--epochs", "3", "--threads", "1",
+                   "--json", str(out)], timeout=300)
+    assert res.returncode == 0, res.stderr
+    records = json.loads(out.read_text())
+    assert len(records) == 6 and {r["mode"] for r in records} == {"sampling"}
+    assert all(r["steps"] == records[0]["steps"] > 1 and r["fanouts"] == "4,3" for r in records)
+    assert all(r["bytes_sent"] > 0 and r["remote_input_rows"] > 0 for r in records)
+    last = [r for r in records if r["epoch"] == 2]
+    assert last[0]["val_acc"] > 0.5 and last[0]["loss"] < records[0]["loss"]
+    bad = run_cli(["train", "--graph", "synthetic:nodes=200,degree=4,features=4,classes=2,seed=1", "--workers", "1",
+                   "--mode", "sampling", "--fanouts", "4,3,2", "--epochs", "1"], timeout=120)
+    assert bad.returncode == 2 and "fan-out" in bad.stderr

@@ -1,0 +1,151 @@
+"""The shard SpMM (``kernels.spmm_csr``, C++ and torch backends, and ``Shard.spmm``) against a dense numpy
+product of the same 0/1 adjacency, including bitwise determinism of the C++ kernel."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+import kernels
+from sarlab.shards import Shard
+
+
+@pytest.fixture(scope="module")
+def cpp():
+    """The C++ backend (a failed build is a failure where a compiler exists, as in test_kernels.py)."""
+    if not any(shutil.which(name) for name in ("c++", "g++", "clang++")):
+        pytest.skip("no C++ compiler: cannot build the kernels")
+    kernels.build()
+    return "cpp"
+
+
+@pytest.fixture(params=["cpp", "torch"])
+def backend(request):
+    if request.param == "cpp":
+        request.getfixturevalue("cpp")
+    return request.param
+
+
+def _random_edges(num_dst: int, num_src: int, num_edges: int, seed: int, empty_rows: bool = True):
+    """Destination-sorted edges (duplicates allowed: a multigraph counts each edge) and their dense matrix."""
+    rng = np.random.default_rng(seed)
+    dst = rng.integers(0, num_dst, num_edges)
+    if empty_rows:  # leave about a third of the destination rows without edges, as in a remote shard
+        dst = dst[dst % 3 != 1]
+    src = rng.integers(0, num_src, dst.size)
+    order = np.lexsort((src, dst))
+    dst, src = dst[order], src[order]
+    dense = np.zeros((num_dst, num_src))
+    np.add.at(dense, (dst, src), 1.0)
+    return dst, src, dense
+
+
+def _csr(rows: np.ndarray, cols: np.ndarray, num_rows: int):
+    """CSR of (rows, cols) built with numpy: rows become the row pointer, cols (in row order) the indices."""
+    order = np.lexsort((cols, rows))
+    rowptr = np.zeros(num_rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=num_rows), out=rowptr[1:])
+    return torch.from_numpy(rowptr), torch.from_numpy(cols[order].astype(np.int64))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("width", [1, 7, 16, 64, 100, 256, 600])
+def test_forward_and_transpose_match_dense(backend, dtype, width):
+    num_dst, num_src = 300, 180
+    dst, src, dense = _random_edges(num_dst, num_src, 2500, seed=width)
+    rng = np.random.default_rng(1)
+    x, g = rng.standard_normal((num_src, width)), rng.standard_normal((num_dst, width))
+    tol = 1e-10 if dtype == torch.float64 else 1e-4
+    out = kernels.spmm_csr(*_csr(dst, src, num_dst), torch.from_numpy(x).to(dtype), backend=backend)
+    assert out.dtype == dtype
+    np.testing.assert_allclose(out.double().numpy(), dense @ x, rtol=tol, atol=tol)
+    grad = kernels.spmm_csr(*_csr(src, dst, num_src), torch.from_numpy(g).to(dtype), backend=backend)
+    np.testing.assert_allclose(grad.double().numpy(), dense.T @ g, rtol=tol, atol=tol)
+
+
+def test_accumulates_in_place_and_keeps_rows_without_edges(backend):
+    dst, src, dense = _random_edges(50, 40, 300, seed=3)
+    rowptr, col = _csr(dst, src, 50)
+    x = torch.randn(40, 2, 3, dtype=torch.float64)  # trailing dims are flattened
+    acc = torch.randn(50, 2, 3, dtype=torch.float64)
+    expected = acc.numpy().reshape(50, 6) + dense @ x.numpy().reshape(40, 6)
+    res = kernels.spmm_csr(rowptr, col, x, out=acc, backend=backend)
+    assert res.data_ptr() == acc.data_ptr()
+    np.testing.assert_allclose(acc.numpy().reshape(50, 6), expected, rtol=1e-12, atol=1e-12)
+    stale = torch.full((50, 2, 3), float("nan"), dtype=torch.float64)  # overwritten, not added to
+    fresh = kernels.spmm_csr(rowptr, col, x, out=stale, accumulate=False, backend=backend)
+    np.testing.assert_allclose(fresh.numpy().reshape(50, 6), dense @ x.numpy().reshape(40, 6), rtol=1e-12, atol=1e-12)
+
+
+def test_bitwise_deterministic_across_threads_and_runs(cpp):
+    dst, src, _ = _random_edges(2000, 1500, 60000, seed=5, empty_rows=False)
+    rowptr, col = _csr(dst, src, 2000)
+    x = torch.randn(1500, 300)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = kernels.spmm_csr(rowptr, col, x, backend=cpp)
+        torch.set_num_threads(2)
+        two = kernels.spmm_csr(rowptr, col, x, backend=cpp)
+        again = kernels.spmm_csr(rowptr, col, x, backend=cpp)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one, two) and torch.equal(two, again)
+
+
+def test_rejects_mismatched_shapes(backend):
+    dst, src, _ = _random_edges(10, 8, 30, seed=7)
+    rowptr, col = _csr(dst, src, 10)
+    with pytest.raises(ValueError, match="one row per CSR row"):
+        kernels.spmm_csr(rowptr, col, torch.randn(8, 4), out=torch.zeros(9, 4), backend=backend)
+    with pytest.raises(ValueError, match="same dtype"):
+        kernels.spmm_csr(rowptr, col, torch.randn(8, 4), out=torch.zeros(10, 4, dtype=torch.float64), backend=backend)
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_shard_spmm_backends_agree_with_dense(backend, monkeypatch, transpose, dtype):
+    """``Shard.spmm`` (the engine's dispatch point) in place and fresh, forward and ``A^T``, on either backend
+    chosen through ``$SARLAB_KERNELS``; under autograd it stays differentiable."""
+    monkeypatch.setenv("SARLAB_KERNELS", backend)
+    num_dst, num_src = 70, 90
+    dst, src, dense = _random_edges(num_dst, num_src, 900, seed=11)
+    shard = Shard(2, torch.from_numpy(src), torch.from_numpy(dst), num_dst, num_src)
+    matrix = dense.T if transpose else dense
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((matrix.shape[1], 4, 5))
+    start = rng.standard_normal((matrix.shape[0], 20))
+    tol = 1e-10 if dtype == torch.float64 else 1e-4
+    want = matrix @ x.reshape(len(x), -1)
+    with torch.no_grad():
+        fresh = shard.spmm(torch.from_numpy(x).to(dtype), transpose=transpose)
+        out = torch.from_numpy(start).to(dtype).clone()  # from_numpy shares memory with start
+        same = shard.spmm(torch.from_numpy(x).to(dtype), transpose=transpose, out=out)
+    assert fresh.shape == (matrix.shape[0], 4, 5) and same is out
+    np.testing.assert_allclose(fresh.double().numpy().reshape(len(fresh), -1), want, rtol=tol, atol=tol)
+    np.testing.assert_allclose(out.double().numpy(), start + want, rtol=tol, atol=tol)
+    xt = torch.from_numpy(x).to(dtype).requires_grad_()
+    got = shard.spmm(xt, transpose=transpose)
+    (got * 2).sum().backward()
+    np.testing.assert_allclose(xt.grad.double().numpy().reshape(len(x), -1),
+                               2 * matrix.sum(0)[:, None].repeat(20, 1), rtol=tol, atol=tol)
+
+
+def test_shard_spmm_cpp_is_bitwise_stable_across_threads(cpp, monkeypatch):
+    monkeypatch.setenv("SARLAB_KERNELS", "cpp")
+    dst, src, _ = _random_edges(3000, 2500, 50000, seed=13, empty_rows=False)
+    shard = Shard(0, torch.from_numpy(src), torch.from_numpy(dst), 3000, 2500)
+    x, g = torch.randn(2500, 64, dtype=torch.float64), torch.randn(3000, 64, dtype=torch.float64)
+    before = torch.get_num_threads()
+    results = []
+    try:
+        for threads in (1, 2, 1):
+            torch.set_num_threads(threads)
+            acc = torch.ones(3000, 64, dtype=torch.float64)
+            results.append((shard.spmm(x, out=acc).clone(), shard.spmm(g, transpose=True)))
+    finally:
+        torch.set_num_threads(before)
+    for forward, backward in results[1:]:
+        assert torch.equal(forward, results[0][0]) and torch.equal(backward, results[0][1])
