@@ -32,6 +32,7 @@ from simulator.provenance import (
     resolve_profile,
     shipped_profiles,
 )
+from simulator.strategies import sweep_strategies
 from simulator.sweep import simulate_sweep, summarize_sweep
 from simulator.validate import error_summary, markdown_table, validate
 
@@ -147,9 +148,11 @@ def simulate_parser() -> argparse.ArgumentParser:
                    "estimate:nodes=N,edges=E,features=F,classes=C[,cut=PHI] (default: %(default)s)")
     p.add_argument("--edge-cut", type=float, default=None,
                    help="edge-cut fraction for presets/estimates (default: random partition, (N-1)/N)")
-    p.add_argument("--modes", default="sar,sa,oneshot", help="comma list (default: %(default)s)")
+    p.add_argument("--modes", default="sar,sa,oneshot",
+                   help="comma list of sar, sa, oneshot, sampling, stale (default: %(default)s)")
     p.add_argument("--model", "--models", dest="models", default=d["model"],
-                   help="comma list: gcn, sage[-mean|-max|-pool], gat[-fused|-unfused] (default: %(default)s)")
+                   help="comma list: gcn, sage[-mean|-max|-pool], gat[-fused|-unfused], rgcn[-per-edge] (default: "
+                   "%(default)s)")
     p.add_argument("--workers", default="2,4,8", help="comma list of worker counts (default: %(default)s)")
     p.add_argument("--layers", type=int, default=d["layers"], help="graph convolutions (default %(default)s)")
     p.add_argument("--hidden", type=int, default=d["hidden"], help="hidden size (default %(default)s)")
@@ -162,8 +165,17 @@ def simulate_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=d["seed"],
                    help="accepted for `sarlab train`'s flags; the prediction does not depend on it")
     p.add_argument("--dtype", default=d["dtype"], choices=("float32", "float64", "bfloat16"))
-    p.add_argument("--unfused", action="store_true", help="GAT ('gat'): not the fused attention kernels")
+    p.add_argument("--unfused", action="store_true", help="GAT ('gat'): not the fused attention kernels; R-GCN "
+                   "('rgcn'): one message per edge instead of aggregating first")
+    p.add_argument("--relations", type=int, default=1, help="R-GCN ('rgcn'): relations of the graph, one weight each "
+                   "(a typed partition's manifest must agree; other graphs' edges are split evenly over them; default "
+                   "%(default)s)")
     p.add_argument("--prefetch", type=int, default=1, help="ring rounds fetched ahead (default %(default)s)")
+    p.add_argument("--fanouts", default=None, help="sampling: fan-outs, hop 1 first, or 'all' (default 15,10,5 cut "
+                   "or padded with 5 to --layers)")
+    p.add_argument("--batch-size", type=int, default=1024, help="sampling: seeds per worker and step (default "
+                   "%(default)s)")
+    p.add_argument("--staleness", type=int, default=1, help="stale: S >= 1 (default %(default)s)")
     p.add_argument("--threads", type=float, default=None, help="threads per worker (default: cores / workers)")
     p.add_argument("--workers-per-host", type=int, default=None,
                    help="placement (default: the profile's; 0 = all workers on one host)")
@@ -201,7 +213,7 @@ def base_model(args: argparse.Namespace) -> ModelSpec:
     """The model the flags describe; each ``--model`` label overrides its own part (:func:`parse_model`)."""
     return ModelSpec(model="gcn", layers=args.layers, hidden=args.hidden, heads=args.heads, aggr=args.aggr,
                      fused=not args.unfused, batchnorm=args.batchnorm, dropout=args.dropout,
-                     dtype=args.dtype)  # fmt: skip
+                     dtype=args.dtype, relations=args.relations)  # fmt: skip
 
 
 def simulate_main(argv: list[str] | None = None) -> int:
@@ -232,6 +244,17 @@ def simulate_main(argv: list[str] | None = None) -> int:
     try:
         models = [parse_model(label, base_model(args)) for label in split_list(args.models)]
         workers = [int(w) for w in split_list(args.workers)]
+        others = [m for m in split_list(args.modes) if m in ("sampling", "stale")]
+        if others:  # strategies priced without the epoch schedule (simulator/strategies.py)
+            table = sweep_strategies(args.graph, others, models, workers, profile, fanouts=args.fanouts,
+                                     batch_size=args.batch_size, staleness=args.staleness, edge_cut=args.edge_cut,
+                                     progress=_print)
+            _print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+            args.modes = ",".join(m for m in split_list(args.modes) if m not in others)
+            if not args.modes:
+                if args.json:
+                    _write_json(args.json, {"profile": profile.name, "strategies": table.to_dict(orient="records")})
+                return 0
         start = time.perf_counter()
         df, items = simulate_sweep(
             args.graph,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simulator import rgcn_layer
 from simulator.layers import LayerPlan
 from simulator.ops import FP64, Number, edge_chunks
 
@@ -76,6 +77,10 @@ def layer_memory(plan: LayerPlan, n: int) -> LayerMemory:
         pre_peak, exchange = n * fo * b, n * fo * b  # h, then h * deg^-1/2
         # (agg + h) and its product with deg^-1/2 coexist; the product plus bias is the output
         agg_state, new_out, post_peak = n * fo * b, False, n * fo * b
+    elif plan.kind == "rgcn":
+        # the state is the aggregation output; nothing saves it (the backward reads x and the weights): it
+        # dies in ``post``, beside x W_root and their sum (the bias is added into conv_out)
+        agg_state, new_out, post_peak = n * fo * b, True, 2 * n * fo * b
     elif plan.kind == "sage":
         if plan.aggr == "pool":
             pre_peak, exchange, exchange_kept = n * fi * b, n * fi * b, True
@@ -99,7 +104,7 @@ def layer_memory(plan: LayerPlan, n: int) -> LayerMemory:
         exchange_kept=exchange_kept,
         pre_saved=pre_saved,
         agg_state=agg_state,
-        agg_out=n * aw * b,
+        agg_out=0 if plan.kind == "rgcn" else n * aw * b,
         new_out=new_out,
         agg_out_kept=plan.kind == "sage",
         post_peak=post_peak,
@@ -144,6 +149,9 @@ def gradient_levels(plan: LayerPlan, n: int) -> dict[str, int]:
     tail = (2 + (3 if plan.batchnorm else 0)) * n * fo if hidden else 0
     if plan.kind == "gcn":
         post, agg, pre = (2 if hidden else 1) * fo, fo, max(2 * fo, fo + dx)
+    elif plan.kind == "rgcn":  # g (the last layer's is the loss's), the root's g W_root^T, then their sum
+        g = fo if hidden else 0
+        post, agg, pre = g + dx, g + dx, dx
     elif plan.kind == "sage":
         agg_grad = fi if plan.records else 0
         post = (fo if hidden else 0) + dx + agg_grad
@@ -169,6 +177,8 @@ def shard_transient_bytes(plan: LayerPlan, edges: Number, n: Number, num_src: Nu
     logits); what it keeps is :func:`shard_kept_bytes`.
     """
     b, w = plan.bytes_per_element, plan.agg_width_in
+    if plan.kind == "rgcn":
+        return rgcn_layer.transient_fwd(plan.relation_split(edges, n, num_src), *plan.rgcn_args())
     if plan.kind == "gat":
         hc, heads = plan.heads * plan.channels, plan.heads
         if plan.autograd:
@@ -196,6 +206,8 @@ def shard_bwd_transient_bytes(plan: LayerPlan, edges: Number, n: Number, num_src
     the running state (``2 n H C``).
     """
     b, w = plan.bytes_per_element, plan.agg_width_in
+    if plan.kind == "rgcn":
+        return rgcn_layer.transient_bwd(plan.relation_split(edges, n, num_src), *plan.rgcn_args())
     if plan.case == 1:
         return 0 * edges  # the A_q^T g output is the gradient buffer itself, booked separately
     if plan.kind == "gat":
@@ -215,6 +227,8 @@ def shard_kept_bytes(plan: LayerPlan, edges: Number, n: Number) -> Number:
     ``index_add``), ``2 E H C``; the LeakyReLU input and the exponentiated logits, ``2 E H``; the
     shard's rescaling factors, ``n H``."""
     b = plan.bytes_per_element
+    if plan.kind == "rgcn":  # per-edge R-GCN: rgcn_layer.kept_bytes
+        return rgcn_layer.kept_bytes(plan.relation_split(edges, n, n), plan.in_dim, plan.out_dim, b)
     hc = plan.heads * plan.channels
     return edges * (2 * hc + 2 * plan.heads) * b + n * plan.heads * b
 

@@ -1,4 +1,4 @@
-"""What every layer of a GCN / SAGE / GAT model computes and exchanges, in units the cost model prices.
+"""What every layer of a GCN / SAGE / GAT / R-GCN model computes and exchanges, in units the cost model prices.
 
 The stages follow the engine (``sarlab/nn``, ``sarlab/aggregators.py``, ``sarlab/aggregate.py``):
 
@@ -9,6 +9,9 @@ The stages follow the engine (``sarlab/nn``, ``sarlab/aggregators.py``, ``sarlab
 * ``post``: dense work after it (GCN self term, scaling, bias; SAGE ``lin_l(agg) + lin_r(x)``; GAT bias);
 * the ``tail`` of hidden layers: distributed BatchNorm (fp64 sums, two all-reduces forward, one backward),
   ReLU, and dropout whose mask is a hash of (seed, epoch, layer, node id, column) in int64 arithmetic.
+
+R-GCN's aggregation is priced per (shard, relation) by :mod:`simulator.rgcn_layer` (no ``pre`` stage: the layer
+input is exchanged as it is; ``post`` is the root weight and bias).
 
 Work is a list of :class:`simulator.ops.Op`; what a layer holds in memory is :mod:`simulator.layer_memory`.
 Notation: ``n`` destination rows of this worker, ``e`` edges of one shard, ``b`` bytes per element,
@@ -21,8 +24,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from simulator import rgcn_layer
 from simulator.model import ModelSpec
 from simulator.ops import ACTIVE_ROW_FAMILIES, FP64, ZERO_FILL_PASSES, Number, Op, active_rows, edge_chunks
+from simulator.workload import RelationStats
 
 
 @dataclass(frozen=True)
@@ -31,7 +36,7 @@ class LayerPlan:
 
     Args:
         index: layer number (0 = input layer).
-        kind: ``gcn``/``sage``/``gat``.
+        kind: ``gcn``/``sage``/``gat``/``rgcn``.
         in_dim: ``f_i``.
         out_dim: ``f_o``.
         width: columns of every exchanged row.
@@ -42,11 +47,13 @@ class LayerPlan:
         needs_input_grad: the layer must return a gradient for its input (False for layer 0).
         hidden: followed by the BatchNorm -> ReLU -> dropout tail.
         heads: ``H``; channels: ``C`` per head (GAT).
-        aggr: SAGE aggregator; fused: GAT fused kernels.
+        aggr: SAGE aggregator; fused: GAT fused kernels, R-GCN aggregate-first order (else one message per edge).
         batchnorm, dropout: the tail's settings.
         bytes_per_element: ``b``.
         params: trainable parameters (conv + BatchNorm affine).
-        autograd: unfused GAT whose aggregation runs under torch autograd (see :meth:`in_run`).
+        autograd: unfused GAT or per-edge R-GCN whose aggregation runs under torch autograd (see :meth:`in_run`).
+        relations: R-GCN: the partition's per-relation counts (:meth:`with_relations`; None: one relation
+            reaching rows at random).
     """
 
     index: int
@@ -67,6 +74,7 @@ class LayerPlan:
     bytes_per_element: int = 4
     params: int = 0
     autograd: bool = False
+    relations: RelationStats | None = None
 
     @property
     def family(self) -> str:
@@ -80,21 +88,46 @@ class LayerPlan:
             if self.fused:
                 return "gat_fused"
             return "gat_autograd" if self.autograd else "gat_unfused"
+        if self.kind == "rgcn":
+            return "spmm"
         return "spmm" if self.case == 1 else "max_aggr"
 
     @property
     def agg_width(self) -> int:
-        """Columns of the aggregation output (``H*C`` for GAT, else the exchanged width)."""
+        """Columns of the aggregation output (``H*C`` for GAT, ``f_o`` for R-GCN, else the exchanged width)."""
+        if self.kind == "rgcn":
+            return self.out_dim
         return self.heads * self.channels if self.kind == "gat" else self.width
 
     def in_run(self, mode: str, workers: int) -> LayerPlan:
         """This layer as the engine runs it in ``mode`` on ``workers`` workers (sets :attr:`autograd`)."""
-        autograd = self.kind == "gat" and not self.fused and (mode != "sar" or workers == 1)
+        autograd = self.kind in ("gat", "rgcn") and not self.fused and (mode != "sar" or workers == 1)
         return replace(self, autograd=autograd)
+
+    def with_relations(self, relations: RelationStats | None) -> LayerPlan:
+        """This R-GCN layer priced with a partition's per-relation counts (other kinds: unchanged)."""
+        return replace(self, relations=relations) if self.kind == "rgcn" else self
+
+    def relation_split(self, edges: Number, n: Number, num_src: Number) -> rgcn_layer.RelationSplit:
+        """R-GCN: the shards ``(edges, n, num_src)`` split by relation (:func:`simulator.rgcn_layer.relation_split`)."""
+        return rgcn_layer.relation_split(self.relations, edges, n, num_src)
+
+    def rgcn_args(self) -> tuple[int, int, int, bool, bool]:
+        """``(f_i, f_o, b, fused, autograd)``: the arguments of :mod:`simulator.rgcn_layer`'s op and byte counts."""
+        return self.in_dim, self.out_dim, self.bytes_per_element, self.fused, self.autograd
+
+    @property
+    def rows_need_grad(self) -> bool:
+        """The exchanged rows need a gradient: False where they are the layer's input and it needs none (R-GCN's
+        layer 0 exchanges the features as they are; SAGE mean/max's layer 0 records no aggregation at all), so that
+        ``oneshot`` returns no halo gradients (autograd never runs ``HaloExchange``'s backward). The ring modes'
+        aggregation Function returns them all the same."""
+        exchanges_input = self.kind == "rgcn" or (self.kind == "sage" and self.aggr != "pool")
+        return self.needs_input_grad or not exchanges_input
 
     @property
     def keeps_edge_tensors(self) -> bool:
-        """Per-edge tensors survive from forward to backward (the autograd graph of unfused GAT)."""
+        """Per-edge tensors survive from forward to backward (the autograd graph of unfused GAT, per-edge R-GCN)."""
         return self.autograd
 
     def whole_graph_backward(self, mode: str) -> bool:
@@ -129,6 +162,8 @@ class LayerPlan:
         state of ``n`` rows. GAT through the kernels also copies its strided source inputs (``z``,
         ``s_src``) into contiguous ones on every kernel call: once per shard fused, once per chunk unfused.
         """
+        if self.kind == "rgcn":
+            return rgcn_layer.shard_fwd(self.relation_split(edges, n, num_src), *self.rgcn_args())
         b = self.bytes_per_element
         gathered = num_src * self.agg_width_in * b
         rows = active_rows(edges, n) if self.family in ACTIVE_ROW_FAMILIES else n
@@ -141,19 +176,22 @@ class LayerPlan:
 
     def agg_init(self, n: Number) -> list[Op]:
         """The running state of a linear aggregation (``torch.zeros``, n x w), which the shards are then
-        added into in place; the other families' calibrated shard ops allocate their own outputs."""
+        added into in place (R-GCN: its ``n x f_o`` state); the other families' calibrated shard ops allocate their
+        own outputs."""
         if self.family != "spmm":
             return []
         return [Op("elementwise", ZERO_FILL_PASSES * n * self.agg_width * self.bytes_per_element)]
 
     @property
     def agg_width_in(self) -> int:
-        """Features gathered per edge (the exchanged rows without GAT's score column)."""
+        """Features gathered per edge (the exchanged rows without GAT's score column; R-GCN: ``f_i``)."""
         return self.heads * self.channels if self.kind == "gat" else self.width
 
     def finalize(self, n: Number) -> list[Op]:
         """Turning the state into the output: mean division, max clean-up, softmax normalisation."""
         b, w = self.bytes_per_element, self.agg_width
+        if self.kind == "rgcn":  # the state is the output
+            return []
         if self.kind == "gat":
             return [Op("elementwise", 3.0 * n * w * b, calls=2)]
         if self.case == 2:
@@ -171,6 +209,11 @@ class LayerPlan:
             return [
                 Op("gemm", 2.0 * 2.0 * n * self.in_dim * self.out_dim, calls=2),
                 Op("elementwise", 3.0 * n * self.out_dim * b),
+            ]
+        if self.kind == "rgcn":  # x W_root, + aggregation, + bias
+            return [
+                Op("gemm", 2.0 * n * self.in_dim * self.out_dim),
+                Op("elementwise", 2.0 * 3.0 * n * self.out_dim * b, calls=2),
             ]
         return [Op("elementwise", 2.0 * n * self.out_dim * b)]  # gat: + bias
 
@@ -222,11 +265,19 @@ class LayerPlan:
                 Op("gemm", gemms * 2.0 * n * self.in_dim * self.out_dim, calls=gemms),
                 Op("elementwise", 1.0 * n * self.out_dim * b),
             ]
+        if self.kind == "rgcn":  # dW_root, dx = g W_root^T when needed, bias gradient
+            grads = 1 + int(self.needs_input_grad)
+            return [
+                Op("gemm", grads * 2.0 * n * self.in_dim * self.out_dim, calls=grads),
+                Op("elementwise", 1.0 * n * self.out_dim * b, backward=True),
+            ]
         return [Op("elementwise", 1.0 * n * self.out_dim * b, backward=True)]
 
     def agg_bwd_setup(self, n: Number) -> list[Op]:
         """Start of the aggregation backward: zeroed source gradient, mean scaling, GAT's ``delta``."""
         b, w = self.bytes_per_element, self.width
+        if self.kind == "rgcn":  # the zero-filled source gradient the local shard adds into
+            return [Op("elementwise", ZERO_FILL_PASSES * n * w * b)]
         ops = [Op("elementwise", 1.0 * n * w * b)]
         if self.kind == "sage" and self.case == 1:
             ops.append(Op("elementwise", 2.0 * n * w * b))
@@ -243,6 +294,8 @@ class LayerPlan:
         A VJP that rematerializes (SAGE max/pool's regathered messages, the GAT kernels' recomputed
         attention) does so inside the backward op the calibration times, so its backward ratio covers it.
         """
+        if self.kind == "rgcn":
+            return rgcn_layer.shard_bwd(self.relation_split(edges, n, num_src), *self.rgcn_args())
         if self.case == 1:  # A^T g gathers rows of the n x w output gradient
             b = self.bytes_per_element
             gathered = n * self.width * b
@@ -261,6 +314,8 @@ class LayerPlan:
         """Backward of ``pre``: weight gradient, and the input gradient when needed."""
         b = self.bytes_per_element
         grads = 2 if self.needs_input_grad else 1
+        if self.kind == "rgcn":  # dx = root's + the aggregation's
+            return [Op("elementwise", 3.0 * n * self.in_dim * b)] if self.needs_input_grad else []
         if self.kind == "gcn":
             return [
                 Op("elementwise", 5.0 * n * self.out_dim * b, calls=2, backward=True),
@@ -306,7 +361,8 @@ def layer_plans(spec: ModelSpec, feature_dim: int, num_classes: int) -> list[Lay
     """The conv layers of ``spec`` on a graph with ``feature_dim`` inputs and ``num_classes`` classes.
 
     Widths ``[F, hidden, ..., hidden, classes]``. GAT hidden layers have ``heads`` heads of
-    ``hidden // heads`` channels (concatenated), the output layer one head of ``classes`` channels.
+    ``hidden // heads`` channels (concatenated), the output layer one head of ``classes`` channels. R-GCN
+    (``spec.model == "rgcn"``, ``spec.relations`` relations, one weight each): case 2, the input exchanged.
     """
     plans = []
     in_dim = feature_dim
@@ -321,6 +377,9 @@ def layer_plans(spec: ModelSpec, feature_dim: int, num_classes: int) -> list[Lay
             width = heads * channels + heads  # [z, s_src]
             case = 2
             params = in_dim * heads * channels + 3 * heads * channels
+        elif spec.model == "rgcn":
+            width, case = in_dim, 2
+            params = (spec.relations + 1) * in_dim * out_dim + out_dim
         elif spec.model == "sage":
             width = in_dim
             case = 1 if spec.aggr == "mean" else 2

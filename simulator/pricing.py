@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator import rgcn_layer
 from simulator.costs import CostModel
 from simulator.layer_memory import (
     LayerMemory,
@@ -31,6 +32,7 @@ from simulator.layers import LayerPlan, activation_bytes, layer_plans
 from simulator.model import ModelSpec
 from simulator.ops import flatten_grads, loss_bwd, loss_fwd, optimizer_step
 from simulator.profile import Profile
+from simulator.rgcn_workload import relations_for
 from simulator.runspec import Placement, RunSpec
 from simulator.workload import PartitionStats
 
@@ -159,7 +161,9 @@ class EpochPricing:
         self.stats, self.profile, self.placement, self.vector = stats, profile, placement, vector
         self.N = stats.num_parts
         self.ring = run.mode != "oneshot" and self.N > 1  # one worker: every mode runs one shard, no exchange
-        self.plans = [pl.in_run(run.mode, self.N) for pl in layer_plans(model, stats.feature_dim, stats.num_classes)]
+        relations = relations_for(stats, model)  # R-GCN: the partition's per-relation counts (other models: None)
+        self.plans = [pl.in_run(run.mode, self.N).with_relations(relations)
+                      for pl in layer_plans(model, stats.feature_dim, stats.num_classes)]
         # the compute scale for this size of shard (Profile.scale_at): workers' activations of mean size
         self.activation_bytes = float(activation_bytes(self.plans, stats.nodes_per_part.mean()))
         self.scale_bytes = self.activation_bytes if scale_bytes is None else float(scale_bytes)
@@ -339,8 +343,9 @@ class EpochPricing:
 
         Adam's two moments; the CSR matrices (and transposes) of linear aggregations and the CSC
         transposes of fused GAT, cached on first use; ``oneshot``'s merged shard (its edge lists and row
-        pointer), built on first use; the first-use resident bytes of the aggregation families the model
-        runs and of the first backward pass (:attr:`Profile.first_use_bytes`).
+        pointer), built on first use; R-GCN's relation blocks of every shard (or of the merged shard), built in
+        epoch 0 and kept (:func:`simulator.rgcn_layer.cache_bytes`); the first-use resident bytes of the
+        aggregation families the model runs and of the first backward pass (:attr:`Profile.first_use_bytes`).
         """
         st, P = self.stats, self.N
         n = st.nodes_per_part.astype(np.float64)
@@ -351,18 +356,24 @@ class EpochPricing:
         total += sum(first_use.get(family, 0.0) for family in {pl.family for pl in self.plans} | {"autograd"})
         linear = [pl for pl in self.plans if pl.case == 1]
         fused = [pl for pl in self.plans if pl.kind == "gat" and pl.fused]
+        rgcn = [pl for pl in self.plans if pl.kind == "rgcn"]
         if not self.ring and self.N > 1:  # oneshot's merged shard (one worker: its own shard)
             e_all, rows = E.sum(axis=1), n + H.sum(axis=1)
             total += 16.0 * e_all + 8.0 * (n + 1)
             for group in (linear, fused):
                 if group:
                     total += csr_cache_bytes(group[0], e_all, rows) + kernel_cache_bytes(group[0], e_all, rows)
+            if rgcn:
+                total += rgcn_layer.cache_bytes(rgcn[0].relation_split(e_all, n, rows), rgcn[0].fused)
         else:
             num_src = np.where(np.eye(P, dtype=bool), n[:, None], H)
             for group in (linear, fused):
                 if group:
                     cache = csr_cache_bytes(group[0], E, num_src) + kernel_cache_bytes(group[0], E, num_src)
                     total += np.asarray(cache).sum(axis=1)
+            if rgcn:
+                blocks = rgcn_layer.cache_bytes(rgcn[0].relation_split(E, n[:, None], num_src), rgcn[0].fused)
+                total += blocks.sum(axis=1)
         return total
 
     def baseline_bytes(self) -> np.ndarray:

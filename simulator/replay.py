@@ -54,14 +54,27 @@ def split_mode(mode: str) -> tuple[str, str]:
     return base, variant
 
 
-def model_for(row: pd.Series) -> ModelSpec:
-    """The :class:`ModelSpec` of a record's configuration columns (GAT: fused from ``fused`` or the
-    ``+fused`` mode suffix)."""
-    gat = row["model"] == "gat"
+def model_for(row: pd.Series, stats: PartitionStats | None = None) -> ModelSpec:
+    """The :class:`ModelSpec` of a record's configuration columns.
+
+    GAT: fused from ``fused`` or the ``+fused`` mode suffix. R-GCN: aggregate-first from ``fused`` unless the mode
+    says ``+edge`` (``sarlab bench engine``'s per-edge label); its relations from ``num_relations``, or, where the
+    records lack it, from the partition (``stats``, else :func:`stats_for`: the manifest the records name).
+
+    Args:
+        row: a record, or a :func:`simulator.measured.summarize_measured` row.
+        stats: the partition the record ran on, when the caller has it.
+    """
+    model = str(row["model"])
+    gat, rgcn = model == "gat", model == "rgcn"
     heads = int(row.get("heads") or 1) if gat else 1
-    fused = gat and (bool(row.get("fused")) or split_mode(row["mode"])[1] == "fused")
+    variant = split_mode(row["mode"])[1]
+    if rgcn:
+        fused = bool(row.get("fused", True)) and variant != "edge"
+    else:
+        fused = gat and (bool(row.get("fused")) or variant == "fused")
     return ModelSpec(
-        model=str(row["model"]),
+        model=model,
         layers=int(row["layers"]),
         hidden=int(row["hidden"]),
         heads=heads,
@@ -70,7 +83,22 @@ def model_for(row: pd.Series) -> ModelSpec:
         batchnorm=bool(row.get("batchnorm")),
         dropout=float(row.get("dropout") or 0.0),
         dtype=str(row.get("dtype") or "float32"),
+        relations=relations_of(row, stats) if rgcn else 1,
     )
+
+
+def relations_of(row: pd.Series, stats: PartitionStats | None = None) -> int:
+    """An R-GCN record's relations: its ``num_relations`` column where it says more than one, else the partition's
+    (``stats``, or the manifest the record names: :func:`stats_for`; one where it is untyped or gone).
+
+    Records older than the column read 1 (``sarlab.records.CONFIG_DEFAULTS``), hence the partition decides then.
+    """
+    value = row.get("num_relations")
+    given = 0 if value is None or pd.isna(value) else int(value)
+    if given > 1:
+        return given
+    stats = stats if stats is not None else stats_for(row)
+    return stats.relations.num_relations if stats.relations is not None else max(given, 1)
 
 
 def network_of(row: pd.Series) -> str:

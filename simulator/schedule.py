@@ -420,7 +420,8 @@ class Schedule:
             mem.free(A.one_ext[p])
 
     def _oneshot_backward(self, w: Worker, A: LayerTables) -> Proc:
-        """Gradient w.r.t. ``[own; halo]`` rows, then (``N > 1``) the halo gradients go home at once."""
+        """Gradient w.r.t. ``[own; halo]`` rows, then (``N > 1``, rows that need a gradient) the halo gradients go
+        home at once."""
         N, p, mem = self.N, w.rank, w.mem
         L, li, rows = A.plan, A.plan.index, A.row_bytes
         transient = A.one_bwd_transient[p]
@@ -430,7 +431,7 @@ class Schedule:
         mem.free(transient + A.one_kept[p])
         if L.case == 2 and not L.autograd:
             mem.free(A.one_ext[p])
-        if N == 1:
+        if N == 1 or not L.rows_need_grad:  # no halo gradients to return (LayerPlan.rows_need_grad)
             mem.free(grad)
             return
         own = A.own_rows[p]

@@ -66,6 +66,7 @@ def result_frame(
         "layers": [model.layers] * n,
         "hidden": [model.hidden] * n,
         "heads": [model.heads] * n,
+        "num_relations": [model.relations] * n,
         "aggr": [model.aggr] * n,
         "fused": [model.fused] * n,
         "prefetch": [run.prefetch] * n,

@@ -39,6 +39,35 @@ from simulator.pairlaw import draw_partition
 #: how an estimate spreads the cut edges: evenly over pairs, or drawn from the METIS study (:mod:`simulator.pairlaw`)
 LAWS = ("uniform", "metis")
 
+
+@dataclass(frozen=True)
+class RelationStats:
+    """Per-relation edge and row counts of a typed (heterogeneous) partition with ``R`` relations.
+
+    Args:
+        edges: ``[p][q][r]`` edges of relation ``r`` with destination in ``p`` and source in ``q`` (P x P x R).
+        rows: ``[p][q][r]`` distinct destination rows of ``p`` those edges reach (P x P x R).
+        rows_all: ``[p][r]`` distinct destination rows of ``p`` with an in-edge of relation ``r`` from any part
+            (``oneshot``'s merged shard, P x R).
+        names: relation names (``head/relation/tail``), when known.
+    """
+
+    edges: np.ndarray
+    rows: np.ndarray
+    rows_all: np.ndarray
+    names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.edges.ndim != 3 or self.edges.shape[0] != self.edges.shape[1] or self.rows.shape != self.edges.shape:
+            raise ValueError(f"edges and rows must both be P x P x R, got {self.edges.shape} and {self.rows.shape}")
+        if self.rows_all.shape != (self.edges.shape[0], self.edges.shape[2]):
+            raise ValueError(f"rows_all must be P x R = {self.edges.shape[::2]}, got {self.rows_all.shape}")
+
+    @property
+    def num_relations(self) -> int:
+        return int(self.edges.shape[2])
+
+
 @dataclass(frozen=True)
 class PartitionStats:
     """Per-part sizes and per-pair edge and halo counts of one partition.
@@ -55,6 +84,7 @@ class PartitionStats:
         halo_rows: ``[p][q]`` distinct rows of ``q`` needed by ``p``, 0 on the diagonal (int64 P x P).
         source: where the numbers came from (``manifest:PATH`` or ``estimate:...``).
         method: partitioning method (``metis``, ``random``, ``estimate``).
+        relations: per-relation counts of a typed graph (:class:`RelationStats`; None: untyped).
     """
 
     graph: str
@@ -68,11 +98,14 @@ class PartitionStats:
     halo_rows: np.ndarray
     source: str = ""
     method: str = ""
+    relations: RelationStats | None = None
 
     def __post_init__(self) -> None:
         p = len(self.nodes_per_part)
         if self.edges_per_shard.shape != (p, p) or self.halo_rows.shape != (p, p):
             raise ValueError(f"edges_per_shard and halo_rows must be {p} x {p} to match nodes_per_part")
+        if self.relations is not None and self.relations.edges.shape[0] != p:
+            raise ValueError(f"relations cover {self.relations.edges.shape[0]} parts, the partition {p}")
         if np.any(np.diag(self.halo_rows) != 0):
             raise ValueError("halo_rows must be 0 on the diagonal (a part never needs its own rows as halo)")
         if np.any(self.halo_rows > self.nodes_per_part[None, :]):
@@ -131,7 +164,41 @@ def load_manifest(path: str | Path) -> PartitionStats:
         halo_rows=np.asarray(m["halo_rows"], dtype=np.int64),
         source=f"manifest:{manifest_path}",
         method=str(m.get("method", "")),
+        relations=read_relation_stats(manifest_path.parent, len(ranges), int(m["num_relations"]),
+                                      tuple(m.get("relation_names", ())))
+        if "num_relations" in m else None,
     )
+
+
+def read_relation_stats(directory: Path, num_parts: int, num_relations: int, names: tuple[str, ...] = ()
+                        ) -> RelationStats:
+    """Per-relation counts of a typed partition from its parts' ``edge_ptr``, ``edge_dst`` and ``edge_type``
+    arrays (numpy files; a part's in-edges grouped by source part, ``edge_ptr`` the group boundaries).
+
+    Args:
+        directory: the partition directory.
+        num_parts: ``P``.
+        num_relations: ``R`` (the manifest's ``num_relations``).
+        names: relation names.
+    """
+    shape = (num_parts, num_parts, num_relations)
+    edges, rows, rows_all = np.zeros(shape), np.zeros(shape), np.zeros((num_parts, num_relations))
+    for p in range(num_parts):
+        part = directory / f"part{p}"
+        try:
+            ptr, dst, etype = (np.load(part / f"{name}.npy") for name in ("edge_ptr", "edge_dst", "edge_type"))
+        except FileNotFoundError as missing:
+            raise FileNotFoundError(f"typed partition {directory}: {missing.filename} is missing; partition the "
+                                    "graph again with `sarlab partition`") from None
+        key = etype.astype(np.int64) * (int(dst.max(initial=0)) + 1) + dst  # (relation, destination row) pairs
+        for r in range(num_relations):
+            rows_all[p, r] = np.unique(dst[etype == r]).size
+        for q in range(num_parts):
+            lo, hi = int(ptr[q]), int(ptr[q + 1])
+            edges[p, q] = np.bincount(etype[lo:hi], minlength=num_relations)[:num_relations]
+            distinct = np.unique(key[lo:hi]) // (int(dst.max(initial=0)) + 1)
+            rows[p, q] = np.bincount(distinct, minlength=num_relations)[:num_relations]
+    return RelationStats(edges, rows, rows_all, names)
 
 
 def expected_distinct_sources(cut_edges: np.ndarray, dst_nodes: np.ndarray, src_nodes: np.ndarray) -> np.ndarray:

@@ -4,7 +4,6 @@ calibration, the first-use memory probe and the speed probe of `sarlab bench eng
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import replace
 
 import numpy as np
@@ -31,10 +30,8 @@ def test_calibrate_quick(tmp_path):
     """A real quick calibration (accepted whatever its thread efficiencies: a loaded test machine may make
     them implausible, which other tests cover)."""
     path = tmp_path / "profile.json"
-    t0 = time.perf_counter()
     args = ["--quick", "--accept-implausible", "--out", str(path), "--json", str(tmp_path / "c.json")]
     assert calibrate_main(args) == 0
-    assert time.perf_counter() - t0 < 180  # a hang guard, not a benchmark: ~20 s on an idle machine
     prof = load_profile(path)
     for name in ("gemm", "spmm", "max_aggr", "gat_unfused", "elementwise"):
         assert math.isfinite(prof.ops[name].rate) and prof.ops[name].rate > 0

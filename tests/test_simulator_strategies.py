@@ -1,0 +1,207 @@
+"""The simulator's sampling, staleness and cost models against independent references: a brute-force Monte Carlo
+sampler in numpy, hand-computed staleness and billing cases."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from simulator.cost_model import DEFAULT_RESOURCES, billed_seconds, load_resources, resource_profile, run_cost, value
+from simulator.epoch import simulate_epoch
+from simulator.model import ModelSpec
+from simulator.profile import PRESETS, Link
+from simulator.runspec import RunSpec
+from simulator.sampling_fit import fit_sampler_costs
+from simulator.sampling_model import (
+    DegreeDistribution,
+    SamplingSpec,
+    chain_of_part,
+    sampled_sizes,
+    simulate_sampling_epoch,
+)
+from simulator.staleness_model import exchange_seconds, halo_bytes, simulate_stale_epoch, stale_epoch_time
+from simulator.strategies import STRATEGIES, predict
+from simulator.workload import PartitionStats
+
+
+def configuration_graph(n: int, rng: np.random.Generator, blocks: int = 1, inside: float = 1.0):
+    """A symmetric configuration-model graph with power-law degrees (self-loops dropped, both directions stored);
+    with ``blocks`` > 1 a stub pairs inside its block (node id range) with probability ``inside``. Returns
+    (in-neighbour lists, block of every node)."""
+    deg = np.maximum(1, np.minimum(rng.poisson(6 * (1 + rng.pareto(1.5, n))), n // 4))
+    stubs = np.repeat(np.arange(n), deg)
+    block = np.arange(n) * blocks // n
+    rng.shuffle(stubs)
+    inner = rng.random(stubs.size // 2) < inside
+    pairs = []
+    if blocks == 1:
+        pairs.append(stubs[: stubs.size // 2 * 2].reshape(-1, 2))
+    else:
+        half = stubs.size // 2
+        left, right = stubs[:half], stubs[half: 2 * half]
+        mixed = np.stack([left[~inner], right[~inner]], 1)
+        pairs.append(mixed)
+        own = np.concatenate([left[inner], right[inner]])
+        for b in range(blocks):
+            mine = own[block[own] == b]
+            rng.shuffle(mine)
+            pairs.append(mine[: mine.size // 2 * 2].reshape(-1, 2))
+    edges = np.concatenate(pairs)
+    edges = edges[edges[:, 0] != edges[:, 1]]
+    src, dst = np.concatenate([edges[:, 0], edges[:, 1]]), np.concatenate([edges[:, 1], edges[:, 0]])
+    order = np.argsort(dst, kind="stable")
+    ptr = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=n))])
+    return [src[order][ptr[v]:ptr[v + 1]] for v in range(n)], block
+
+
+def monte_carlo(nbrs, seeds_from: np.ndarray, batch: int, fanouts, trials: int, rng, owner=None, me=0):
+    """Average level sizes, sampled edges and local fraction of ``S_0`` of ``trials`` brute-force samples."""
+    layers = len(fanouts)
+    rows, edges, local = np.zeros(layers + 1), np.zeros(layers), 0.0
+    for _ in range(trials):
+        level = list(rng.choice(seeds_from, size=batch, replace=False))
+        rows[layers] += len(level)
+        for hop, k in enumerate(fanouts):
+            seen, new = set(level), []
+            for v in level:
+                cand = nbrs[v]
+                pick = cand if k == -1 or len(cand) <= k else rng.choice(cand, size=k, replace=False)
+                edges[layers - 1 - hop] += len(pick)
+                for u in pick:
+                    if u not in seen:
+                        seen.add(u)
+                        new.append(u)
+            level = level + new
+            rows[layers - 1 - hop] += len(level)
+        if owner is not None:
+            local += np.mean(owner[np.asarray(level)] == me)
+    return rows / trials, edges / trials, local / trials
+
+
+def test_sampled_sizes_match_a_brute_force_sampler():
+    rng = np.random.default_rng(0)
+    n = 3000
+    nbrs, _ = configuration_graph(n, rng)
+    deg = DegreeDistribution.from_degrees(np.array([len(x) for x in nbrs]))
+    for fanouts, batch in (((10, 5), 64), ((5, 5, 3), 32), ((-1, 4), 16)):
+        rows, edges, _ = monte_carlo(nbrs, np.arange(n), batch, fanouts, 60, rng)
+        model = sampled_sizes(deg, batch, fanouts)
+        np.testing.assert_allclose(model.rows, rows, rtol=0.05, err_msg=f"fanouts {fanouts}")
+        np.testing.assert_allclose(model.edges, edges, rtol=0.05, err_msg=f"fanouts {fanouts}")
+
+
+def test_remote_fraction_follows_the_partition_chain():
+    rng = np.random.default_rng(1)
+    n = 4000
+    nbrs, block = configuration_graph(n, rng, blocks=2, inside=0.8)
+    dst = np.repeat(np.arange(n), [len(x) for x in nbrs])
+    src = np.concatenate(nbrs)
+    e = np.zeros((2, 2), dtype=np.int64)
+    np.add.at(e, (block[dst], block[src]), 1)
+    stats = PartitionStats("mc", n, int(e.sum()), 8, 4, n, np.array([n // 2, n // 2]), e,
+                           np.array([[0, 1], [1, 0]]))
+    a, b = chain_of_part(stats, 0)
+    assert a == pytest.approx(e[0, 0] / e[0].sum()) and b == pytest.approx(e[1, 0] / e[1].sum())
+    deg = DegreeDistribution.from_degrees(np.array([len(x) for x in nbrs]))
+    fanouts, batch = (8, 4), 48
+    _, _, local = monte_carlo(nbrs, np.flatnonzero(block == 0), batch, fanouts, 60, rng, block, 0)
+    model = sampled_sizes(deg, batch, fanouts, a, b, 0.5)
+    assert model.local[0] == pytest.approx(local, abs=0.04)
+    assert model.remote_inputs == pytest.approx(model.rows[0] * (1 - model.local[0]))
+
+
+def test_sampler_fit_recovers_known_costs():
+    truth = (2e-3, 3e-6, 5e-6)
+    recs = []
+    for edges, rows in ((1e5, 4e4), (3e5, 8e4), (6e5, 3e5), (2e5, 2e5)):
+        recs.append({"steps": 10, "sampled_edges": edges * 10, "input_rows": (rows + 500) * 10, "seeds": 5000,
+                     "sample_s": 10 * (2 * truth[0] + truth[1] * edges + truth[2] * rows)})
+    fit = fit_sampler_costs(recs, layers=2)
+    np.testing.assert_allclose((fit.hop_s, fit.edge_s, fit.row_s), truth, rtol=1e-6)
+
+
+def two_part_stats() -> PartitionStats:
+    return PartitionStats("hand", 2000, 20000, 8, 4, 1000, np.array([1000, 1000]),
+                          np.array([[9000, 1000], [1000, 9000]]), np.array([[0, 100], [50, 0]]))
+
+
+def test_stale_exchange_and_epoch_on_a_hand_computed_case():
+    stats = two_part_stats()
+    recv, send = halo_bytes(stats, [16, 4], 4)
+    np.testing.assert_allclose(recv, [[6400, 1600], [3200, 800]])
+    np.testing.assert_allclose(send, [[3200, 800], [6400, 1600]])
+    link = Link(latency_s=1e-3, bandwidth_Bps=1e6, gap_s=1e-4)
+    x = exchange_seconds(recv, send, link, 2)
+    np.testing.assert_allclose(x, [0.0011 + 0.0064 + 0.0011 + 0.0016] * 2)
+    assert stale_epoch_time(np.array([0.02, 0.005]), x, 0.001) == pytest.approx(0.021)  # compute-bound
+    assert stale_epoch_time(np.array([0.004, 0.005]), x, 0.001) == pytest.approx(0.0102 + 0.001)  # link-bound
+
+
+def test_stale_epoch_hides_the_exchange_and_pays_the_cache():
+    stats = two_part_stats()
+    model = ModelSpec(model="gcn", layers=2, hidden=16, batchnorm=False, dropout=0.0)
+    profile = PRESETS["reference-laptop"]()
+    one = predict("oneshot", stats, model, profile)
+    for s in (1, 2):
+        stale = simulate_stale_epoch(stats, model, s, profile)
+        assert stale.epoch_time_s <= one.epoch_time_s * 1.0001
+        # (S + 1) received halo buffers and S posted send buffers per layer: in = [8000, 4000], out = [4000, 8000]
+        np.testing.assert_allclose(stale.cache_bytes, (s + 1) * np.array([8000.0, 4000.0]) + s * np.array([4000.0,
+                                                                                                       8000.0]))
+        exact = simulate_epoch(stats, model, RunSpec(mode="oneshot"), profile)
+        np.testing.assert_allclose(stale.peak_above_baseline_bytes - exact.peak_above_baseline_bytes,
+                                   stale.cache_bytes)
+    with pytest.raises(ValueError, match="staleness"):
+        simulate_stale_epoch(stats, model, 0, profile)
+
+
+def test_sampling_epoch_counts_steps_and_every_strategy_predicts():
+    stats = two_part_stats()
+    model = ModelSpec(model="sage", layers=2, hidden=16, batchnorm=False, dropout=0.0)
+    profile = PRESETS["reference-laptop"]()
+    epoch = simulate_sampling_epoch(stats, model, SamplingSpec((5, 5), 128), profile)
+    assert epoch.steps == 4  # 500 training nodes per part in batches of 128
+    assert epoch.epoch_time_s > 0 and np.all(epoch.compute_s <= epoch.epoch_time_s + 1e-12)
+    with pytest.raises(ValueError, match="fan-outs"):
+        simulate_sampling_epoch(stats, model, SamplingSpec((5,), 128), profile)
+    for strategy in STRATEGIES:
+        p = predict(strategy, stats, model, profile, sampling=SamplingSpec((5, 5), 128))
+        assert p.epoch_time_s > 0 and p.memory_per_worker_bytes > 0
+
+
+def test_billing_and_value_by_hand():
+    cpu, lam = DEFAULT_RESOURCES["cpu"], DEFAULT_RESOURCES["serverless"]
+    assert billed_seconds(cpu, 30.0) == 60.0 and billed_seconds(cpu, 60.2) == 61.0
+    assert run_cost(cpu, 4, 3.0, 10, 2) == pytest.approx(4 * 0.68 * 60 / 3600)
+    # 20 invocations per worker of 0.2625 s, each billed 0.3 s
+    assert run_cost(lam, 2, 1.05, 5, 2) == pytest.approx(2 * (0.01125 * 6.0 / 3600 + 20 * 0.2e-6))
+    assert value(2.0, 0.5) == pytest.approx(1.0) and value(0.0, 1.0) == 0.0
+
+
+def test_prices_from_a_file(tmp_path):
+    path = tmp_path / "prices.json"
+    path.write_text(json.dumps({"cpu": {"price_per_hour": 0.5}, "big": {
+        "kind": "cpu", "cores": 64, "speed": 1.0, "memory_gib": 128, "network_gbps": 25, "price_per_hour": 2.7}}))
+    res = load_resources(path)
+    assert res["cpu"].price_per_hour == 0.5 and res["cpu"].cores == 16 and res["big"].cores == 64
+    path.write_text(json.dumps({"cpu": {"price": 1}}))
+    with pytest.raises(ValueError, match="fields among"):
+        load_resources(path)
+    prof = resource_profile(PRESETS["reference-laptop"](), DEFAULT_RESOURCES["serverless"])
+    assert prof.inter_host.bandwidth_Bps == pytest.approx(0.2e9 / 8) and prof.cores_per_host == 1
+    assert prof.compute_scale == pytest.approx(PRESETS["reference-laptop"]().compute_scale / 0.11)
+
+
+def test_simulate_cli_prices_sampling_and_stale(tmp_path, capsys):
+    from simulator.cli import simulate_main
+
+    out = tmp_path / "sim.json"
+    graph = "estimate:nodes=20000,edges=200000,features=16,classes=4,train=10000"
+    assert simulate_main(["--graph", graph, "--workers", "2,4", "--modes", "sampling,stale", "--fanouts", "5,5",
+                          "--batch-size", "500", "--profile", "reference-laptop", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["strategies"]
+    assert [(r["mode"], r["workers"]) for r in rows] == [("sampling", 2), ("stale", 2), ("sampling", 4),
+                                                         ("stale", 4)]
+    assert rows[0]["detail"] == "fanouts 5,5, batch 500, 10 steps"  # 5000 training nodes per part
+    assert "sampling" in capsys.readouterr().out
