@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sarlab-installed
 
-.PHONY: run test setup kernels lint bench-engine bench-kernels clean
+.PHONY: run test test-all setup kernels lint bench-engine bench-kernels clean
 
 setup: $(STAMP)
 
@@ -25,6 +25,11 @@ run: $(STAMP)
 test: kernels
 	$(VENV)/bin/ruff check sarlab real kernels simulator tests
 	$(PY) -m pytest -q -ra
+
+# every test, the slow ones too (about 10 more minutes on 2 cores)
+test-all: kernels
+	$(VENV)/bin/ruff check sarlab real kernels simulator tests
+	$(PY) -m pytest -q -ra -m ''
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sarlab real kernels simulator tests

@@ -15,15 +15,16 @@ COMMANDS = {
     "partition": ("real.partition_cmd", "main", "partition a graph into parts on disk"),
     "train": ("real.train_cmd", "main", "train on N local workers (or as one rank under torchrun)"),
     "verify": ("real.verify", "main", "compare distributed outputs/gradients with a PyG reference"),
-    "bench": ("real.cli", "bench_main", "benchmarks: `bench engine` or `bench kernels` (see their --help)"),
+    "bench": ("real.cli", "bench_main", "benchmarks: `bench engine|kernels|strategies` (see their --help)"),
     "calibrate": ("simulator.cli", "calibrate_main", "measure this machine's cost profile for the simulator"),
     "simulate": ("simulator.cli", "simulate_main", "predict epoch time and peak memory (SimPy model)"),
+    "plan": ("real.plan_cmd", "main", "cheapest / fastest / best-value strategy, workers and resource (simulated)"),
     "reproduce": ("real.reproduce", "main", "regenerate the paper's figures (measured here or simulated, labelled)"),
     "profile": ("real.profile", "main", "memray per rank: flamegraphs, peak summaries, mode comparison"),
     "netbench": ("real.netbench", "main", "measure the links of an emulated cluster network (--net veth:...)"),
     "demo": ("real.demo", "main", "4 workers, GraphSAGE in sar and oneshot on a built-in graph"),
 }
-BENCHES = {"engine": "real.bench", "kernels": "real.kernel_bench"}
+BENCHES = {"engine": "real.bench", "kernels": "real.kernel_bench", "strategies": "real.strategies"}
 
 
 def usage() -> str:
@@ -36,9 +37,9 @@ def usage() -> str:
 
 
 def bench_main(argv: list[str]) -> int:
-    """``sarlab bench engine|kernels ...``."""
+    """``sarlab bench engine|kernels|strategies ...``."""
     if not argv or argv[0] not in BENCHES:
-        print("usage: sarlab bench {engine,kernels} [options]  (sarlab bench engine --help)")
+        print(f"usage: sarlab bench {{{','.join(BENCHES)}}} [options]  (sarlab bench engine --help)")
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     return importlib.import_module(BENCHES[argv[0]]).main(argv[1:])
 

@@ -1,10 +1,13 @@
 """Figure drawing for measured and simulated results: the paper's scaling and layer figures, engine benchmarks.
 
 Every figure says on its face whether it is measured (CPU model, cores, date) or simulated (the profile),
-in a coloured banner above its title (:func:`face`). Nothing here computes a number: the callers pass tables.
+in a coloured banner above its title (:func:`face`). Nothing here measures or simulates: the callers pass records
+or tables; :func:`summarize_measured` shapes measured records into the table :func:`plot_scaling` draws, and
+:func:`write_csv` writes the tables beside the figures.
 """
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -17,7 +20,48 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
+from sarlab.records import summarize  # noqa: E402
+
 MEASURED, SIMULATED = "measured", "simulated"
+
+
+def write_csv(df: pd.DataFrame, path: Path) -> None:
+    """Write a table atomically (write, then rename)."""
+    tmp = path.with_suffix(".csv.tmp")
+    df.to_csv(tmp, index=False)
+    os.replace(tmp, path)
+
+
+def epochs_text(epochs: int) -> str:
+    """Which epochs the figure's times are from (epoch 0 is warm-up when there are more)."""
+    if epochs <= 1:
+        return "epoch 0 (no warm-up epoch)"
+    if epochs == 2:
+        return "epoch 1 (epoch 0 is warm-up)"
+    return f"median of epochs 1..{epochs - 1} (epoch 0 is warm-up)"
+
+
+def summarize_measured(records: pd.DataFrame, series: list) -> pd.DataFrame:
+    """One row per (series, N) from :func:`sarlab.records.summarize`, with the series' label and the memory
+    scaling (peak at the smallest N / peak at N)."""
+    label = {bench_mode: name for name, bench_mode, _, _ in series}
+    table = summarize(records, keys=("mode", "workers"))
+    threads = records.groupby(["mode", "workers"]).threads.first() if "threads" in records else None
+    table = pd.DataFrame({
+        "series": table["mode"].map(lambda m: label.get(m, m)), "mode": table["mode"].str.split("+").str[0],
+        "fused": table["mode"].str.endswith("+fused"), "workers": table["workers"].astype(int),
+        "epochs_measured": table["epochs"].astype(int), "epoch_time_s": table["epoch_time_s"],
+        "comm_wait_s": table["comm_wait_s"], "bytes_sent_per_epoch": table["bytes_sent_per_epoch"],
+        "baseline_mem_bytes": table["baseline_mem_bytes"].astype(int),
+        "peak_mem_above_baseline_bytes": (table["peak_mem_bytes"] - table["baseline_mem_bytes"]).astype(int),
+        "peak_mem_bytes": table["peak_mem_bytes"].astype(int),
+        "threads_per_worker": [int(threads.loc[(m, n)]) if threads is not None else 0
+                               for m, n in zip(table["mode"], table["workers"])],
+        "loss_last_epoch": table["loss"]})
+    order = {name: i for i, (name, *_rest) in enumerate(series)}
+    table = table.sort_values(["series", "workers"], key=lambda c: c.map(order) if c.name == "series" else c)
+    first = table.groupby("series").peak_mem_bytes.transform("first")
+    return table.assign(mem_scaling=first / table.peak_mem_bytes).reset_index(drop=True)
 
 
 def measured_banner(cpu: str, cores: int, date: str, extra: str = "") -> str:

@@ -7,7 +7,7 @@ from sarlab.config import EngineConfig, SamplingConfig
 from sarlab.memory import METHODS as MEMORY_METHODS
 from sarlab.nn.model import ModelConfig
 from sarlab.train import TrainConfig
-from sarlab.validate_data import check_int, check_real
+from sarlab.validate_data import InputError, check_int, check_real
 
 JOB_KINDS = ("train", "verify")
 FAULT_KINDS = ("raise", "sigkill", "hang", "cut")
@@ -65,6 +65,9 @@ class Job:
             :mod:`sarlab.memory`. Recorded in every record's ``mem_method`` column.
         sampling: train on sampled mini-batches (``--mode sampling``, :mod:`sarlab.minibatch`) instead of full-batch
             ``engine.mode``; the exact engine then only evaluates.
+        model_factory: a user's model function packed by :func:`real.custom_model.pack` (cloudpickle); every rank
+            builds its model from it with ``model.seed`` instead of the built-in ``model`` (not with sampling or
+            MFG).
     """
 
     kind: str
@@ -89,6 +92,7 @@ class Job:
     force: bool = False
     memory: str = "live"
     sampling: SamplingConfig | None = None
+    model_factory: bytes | None = None
 
     def __post_init__(self):
         check_real("timeout", self.timeout_s, 0.0, inclusive=False)
@@ -96,6 +100,8 @@ class Job:
         check_int("checkpoint_every (0: at the end only)", self.checkpoint_every, 0)
         if self.memory not in MEMORY_METHODS:
             raise ValueError(f"memory method must be one of {', '.join(MEMORY_METHODS)}, got {self.memory!r}")
+        if self.model_factory is not None and (self.sampling is not None or self.train.mfg):
+            raise InputError("a custom model (model_fn) trains full-batch without MFG pruning: drop sampling / mfg")
 
     def all_variants(self) -> tuple:
         """``(ModelConfig, EngineConfig, dtype)`` triples a verify job runs (default: the job's own)."""

@@ -17,11 +17,13 @@ from sarlab.graphs import Graph, load_graph
 from sarlab.memory import METHODS as MEMORY_METHODS
 from sarlab.nn.model import ModelConfig
 from sarlab.partition import check_output_dir, is_partition_dir, partition, report
+from sarlab.validate_data import InputError
 
 from .netspec import SPEC_HELP, NetSpec
 
 EPILOG = ("Graph specs: synthetic:nodes=100000,degree=20,features=64,classes=16,seed=0 | npz:PATH | "
-          "ogb:ogbn-arxiv:ROOT | a partition directory (from `sarlab partition`).")
+          "ogb:ogbn-arxiv:ROOT | hetero:nodes=20000,seed=0 (ogbn-mag-like, typed nodes, 4 relations) | "
+          "ogb:ogbn-mag[+rev]:ROOT | a partition directory (from `sarlab partition`).")
 MODEL_DEFAULTS = {"model": "sage", "layers": 2, "hidden": 64, "aggr": "mean", "heads": 4, "dropout": 0.0}
 
 
@@ -42,13 +44,16 @@ def write_json(path: str | None, payload) -> None:
 
 
 def add_model_args(p: argparse.ArgumentParser, defaults: dict | None = None) -> None:
-    """``--model --aggr --layers --hidden --heads --dropout --batchnorm --seed --dtype``."""
+    """``--model --aggr --layers --hidden --heads --bases --dropout --batchnorm --seed --dtype``."""
     d = {**MODEL_DEFAULTS, **(defaults or {})}
-    p.add_argument("--model", default=d["model"], help="gcn, sage or gat (default %(default)s)")
+    p.add_argument("--model", default=d["model"], help="gcn, sage, gat or rgcn (relational GCN: one weight per "
+                   "relation of a heterogeneous graph) (default %(default)s)")
     p.add_argument("--aggr", default=d["aggr"], help="SAGE aggregator: mean, max or pool (default %(default)s)")
     p.add_argument("--layers", type=int, default=d["layers"], help="graph convolutions (default %(default)s)")
     p.add_argument("--hidden", type=int, default=d["hidden"], help="hidden size (default %(default)s)")
     p.add_argument("--heads", type=int, default=d["heads"], help="GAT heads (default %(default)s)")
+    p.add_argument("--bases", type=int, default=0,
+                   help="R-GCN basis decomposition: number of bases (0: one weight per relation)")
     p.add_argument("--dropout", type=float, default=d["dropout"], help="dropout (default %(default)s)")
     p.add_argument("--batchnorm", action="store_true", help="distributed BatchNorm after hidden layers")
     p.add_argument("--seed", type=int, default=0, help="initialisation/dropout seed (default 0)")
@@ -56,14 +61,19 @@ def add_model_args(p: argparse.ArgumentParser, defaults: dict | None = None) -> 
 
 
 def add_engine_args(p: argparse.ArgumentParser, mode: bool = True) -> None:
-    """``--mode --prefetch --kernels --unfused`` and the launch options ``--backend --timeout --port``."""
+    """``--mode --staleness --prefetch --kernels --unfused`` and the launch options ``--backend --timeout --port``
+    (``--staleness`` with ``mode``)."""
     if mode:
         p.add_argument("--mode", default="sar", help="sar, sa or oneshot (default %(default)s); `train` also takes "
                        "sampling (mini-batches, see --fanouts)")
+        p.add_argument("--staleness", type=int, default=0, metavar="S",
+                       help="sar/oneshot: aggregate halo rows computed up to S epochs ago, fetched asynchronously "
+                            "(no gradient flows back to their owner); 0: exact (default %(default)s)")
     p.add_argument("--prefetch", type=int, default=1, help="ring rounds fetched ahead (default %(default)s)")
     p.add_argument("--kernels", default="auto", choices=["auto", "cpp", "torch"],
                    help="fused attention kernels implementation (default %(default)s)")
-    p.add_argument("--unfused", action="store_true", help="GAT: do not use the fused attention kernels")
+    p.add_argument("--unfused", action="store_true", help="GAT: no fused attention kernels; R-GCN: one message "
+                   "per edge (PyG FastRGCNConv's order)")
     p.add_argument("--backend", default="gloo", help="gloo, nccl, ccl or mpi (default %(default)s)")
     p.add_argument("--timeout", type=float, default=60.0,
                    help="seconds any wait may block before a worker gives up (default %(default)s)")
@@ -119,14 +129,19 @@ def add_net_arg(p: argparse.ArgumentParser) -> None:
 
 def model_config(a: argparse.Namespace, **override) -> ModelConfig:
     """The :class:`ModelConfig` the model arguments describe (``override`` replaces single fields)."""
-    fields = {k: getattr(a, k) for k in ("model", "layers", "hidden", "aggr", "heads", "dropout", "batchnorm",
-                                         "seed")}
+    fields = {k: getattr(a, k) for k in ("model", "layers", "hidden", "aggr", "heads", "bases", "dropout",
+                                         "batchnorm", "seed")}
     return ModelConfig(**{**fields, **override})
 
 
 def engine_config(a: argparse.Namespace, mode: str | None = None) -> EngineConfig:
     """The :class:`EngineConfig` the engine arguments describe (``mode`` replaces ``--mode``)."""
-    return EngineConfig(mode=mode or a.mode, prefetch=a.prefetch, kernels=a.kernels, fused=not a.unfused)
+    staleness = getattr(a, "staleness", 0)
+    if staleness and getattr(a, "mode", None) == "sampling":
+        raise InputError(f"--staleness {staleness} applies to the full-batch modes sar and oneshot; mini-batch "
+                         "sampling fetches every batch's rows fresh: drop --staleness or use --mode sar/oneshot")
+    return EngineConfig(mode=mode or a.mode, prefetch=a.prefetch, kernels=a.kernels, fused=not a.unfused,
+                        staleness=staleness)
 
 
 def load_source(spec: str) -> Graph:

@@ -1,5 +1,5 @@
-"""``sarlab reproduce``: regenerate the SAR paper's figures 2-6 as plan -> units -> figures, measured where this
-machine can run them and simulated where it cannot, each labelled on its face.
+"""``sarlab reproduce``: regenerate the SAR paper's figures 2-8 and its accuracy table as plan -> units ->
+figures, measured where this machine can run them and simulated where it cannot, each labelled on its face.
 
 The plan (:mod:`real.reproduce_plan`) lists steps and their units with parameters; each unit is a Python call
 (:mod:`real.reproduce_units`) that draws with :mod:`real.figures`; :mod:`real.step_cache` skips finished work.
@@ -18,6 +18,12 @@ name ``fig5_fig6``):
 * ``fig5_fig6``: the same models on ogbn-papers100M at N = 32, 64, 128, simulated, with the memory scaling
   (memory at the smallest N / memory at N) on a second axis and an OOM marker where one host's workers would
   need more than the profile's memory per host.
+* ``fig7``: 3-layer R-GCN (hidden 256): measured here on an ogbn-mag-like heterogeneous graph at N = 2, 4, 8
+  (:mod:`real.fig7`), simulated on ogbn-mag at N = 4, 8, 16 (:mod:`simulator.fig7`).
+* ``fig8``: training curves with and without label augmentation and MFG pruning, and MFG's epoch time, memory
+  and bytes against the label rate, measured on a products-like graph with few labels (:mod:`real.fig8`).
+* ``accuracy``: GCN, SAGE, GAT, plain / + label augmentation / + C&S, mean and std over seeds, on Cora and a
+  products-like graph, with an N = 4 check (:mod:`real.accuracy_table`).
 
 Every unit of work (one figure) writes a PNG, the numbers it draws as a CSV beside it, and its entry in the
 step manifest ``reproduce_<step>.json``: the parameters, whether it is measured or simulated, and where
@@ -62,20 +68,22 @@ class Progress:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="sarlab reproduce",
-        description="Regenerate the SAR paper's figures 2-6 into --out: measured on this machine where it can "
-        "run them (figure 2: one GAT layer; figures 3a/4a: a products-like synthetic graph at N=2,4,8), "
+        description="Regenerate the SAR paper's figures 2-8 and accuracy table into --out: measured on this machine "
+        "where it can run them (figure 2: one GAT layer; figures 3a/4a: a products-like synthetic graph at N=2,4,8), "
         "simulated with the SimPy model where it cannot (figures 3b/4b: ogbn-products at N=4,8,16; figures "
-        "5/6: ogbn-papers100M at N=32,64,128). Each figure says on its face whether it is measured (CPU "
+        "5/6: ogbn-papers100M at N=32,64,128; figure 7b: ogbn-mag at N=4,8,16; figures 7a/8 and the accuracy table: "
+        "measured on synthetic graphs and Cora). Each figure says on its face whether it is measured (CPU "
         "model, date) or simulated (profile); a CSV of its numbers lies beside it; reproduce_<step>.json "
         "records the parameters. Finished steps are skipped unless --force or their parameters changed.",
         epilog=f"Steps: {', '.join(STEPS)} (fig3/fig4 and fig5/fig6 name the step that draws them).")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="tiny versions of every step (about a minute on 2 cores)")
-    size.add_argument("--full", action="store_true", help="the real run (the default; about half an hour on 2 cores)")
+    size.add_argument("--full", action="store_true", help="the real run (the default; about 1.5-2 hours on 2 cores, "
+                      "most of it fig8 and accuracy)")
     p.add_argument("--out", help=f"output directory (default {DEFAULT_OUT.relative_to(REPO)}/<quick|full> in the "
                    "repository, not committed; pass --out results to update the committed figures)")
     p.add_argument("--force", action="store_true", help="re-run the selected steps even when up to date")
-    p.add_argument("--only", help=f"comma list of steps to run ({', '.join(STEPS)}; or fig2..fig6)")
+    p.add_argument("--only", help=f"comma list of steps to run ({', '.join(STEPS)}; or fig2..fig8)")
     p.add_argument("--profile", default="icelake-hdr200",
                    help="machine profile of the simulated figures: preset or profile JSON (default %(default)s)")
     p.add_argument("--cache", help="partition cache of the measured runs (default: .cache/partitions in the "

@@ -1,24 +1,34 @@
 """What ``sarlab reproduce`` runs: the figure recipes and the plan of steps and units with their parameters.
 
-A *step* is a group of figures regenerated together (``fig2``, ``fig3_fig4``, ``fig5_fig6``); a *unit* is one
-figure, measured here or simulated, described by a dict of everything its outputs depend on. The driver
+A *step* is a group of figures regenerated together (``fig2``, ``fig3_fig4``, ``fig5_fig6``, ``fig7``, ``fig8``,
+``accuracy``); a *unit* is one figure (or the accuracy table), measured here or simulated, described by a dict of
+everything its outputs depend on. The driver
 (:mod:`real.reproduce`) runs the units (:mod:`real.reproduce_units`) and caches them (:mod:`real.step_cache`).
 """
 from __future__ import annotations
 
 import hashlib
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from simulator.profile import PRESETS, load_profile
 
+from .accuracy_table import AccuracyConfig
+from .fig7 import Fig7Config
+from .fig8 import Fig8Config
 from .figures import MEASURED, SIMULATED
 from .step_cache import params_sha
 
 REPO = Path(__file__).resolve().parent.parent
-STEPS = ("fig2", "fig3_fig4", "fig5_fig6")
+STEPS = ("fig2", "fig3_fig4", "fig5_fig6", "fig7", "fig8", "accuracy")
 ALIASES = {"fig2": "fig2", "fig3": "fig3_fig4", "fig4": "fig3_fig4", "fig3_fig4": "fig3_fig4",
-           "fig5": "fig5_fig6", "fig6": "fig5_fig6", "fig5_fig6": "fig5_fig6"}
+           "fig5": "fig5_fig6", "fig6": "fig5_fig6", "fig5_fig6": "fig5_fig6", "fig7": "fig7", "fig8": "fig8",
+           "accuracy": "accuracy"}
+#: unit names of the steps with one unit (their outputs are named after them)
+FIG7_UNIT, FIG8_UNIT, ACCURACY_UNIT = "fig7_rgcn_mag-like_measured", "fig8_mfg_label_aug_products-like_measured", \
+    "accuracy"
+FIG7_SIMULATED_UNIT = "fig7_rgcn_mag-like_simulated"
 
 #: the two models of figures 3-6 (GAT's hidden is the concatenated width: 4 heads x 32)
 MODELS = {
@@ -43,6 +53,12 @@ FULL = {
                  "workers": [2, 4, 8], "epochs": 3},
     "products_workers": [4, 8, 16],
     "papers_workers": [32, 64, 128],
+    "mag_workers": [4, 8, 16],
+    "fig7": Fig7Config(),
+    # the paper's protocol is 100 epochs (and 5 seeds for the table); on the 2 shared cores these steps were
+    # measured on, 50 epochs (and 3 seeds) are what fits in about an hour
+    "fig8": Fig8Config(epochs=50),
+    "accuracy": AccuracyConfig(epochs=50, seeds=(0, 1, 2), parallel=3),
 }
 QUICK = {
     "fig2": {"nodes": 600, "degree": 8, "heads": [2, 4, 8], "reps": 1, "quick_base": True},
@@ -51,6 +67,13 @@ QUICK = {
                  "workers": [2], "epochs": 2},
     "products_workers": [4, 8],
     "papers_workers": [32, 64],
+    "mag_workers": [4, 8],
+    "fig7": Fig7Config(graph="hetero:nodes=3000,features=16,classes=8,reverse=1,seed=0", hidden=32, workers=(2, 4),
+                       epochs=2, series=("sar", "oneshot")),
+    "fig8": Fig8Config(graph="synthetic:nodes=2000,degree=8,features=16,classes=8,seed=0,train=0.02,val=0.1",
+                       epochs=6, eval_every=2, rate_epochs=2, workers=2, hidden=16),
+    "accuracy": AccuracyConfig(graphs=AccuracyConfig.graphs[:1], models=("gcn", "gat"), seeds=(0,), check_workers=2,
+                               epochs=5),
 }
 
 
@@ -104,11 +127,25 @@ def build_plan(quick: bool, profile: str) -> dict[str, dict[str, dict[str, Any]]
         }
     plan["fig3_fig4"] = step34
     plan["fig5_fig6"] = simulated(("fig5", "fig6"), "ogbn-papers100M", cfg["papers_workers"], memory_scaling=True)
+    for step, unit in (("fig7", FIG7_UNIT), ("fig8", FIG8_UNIT), ("accuracy", ACCURACY_UNIT)):
+        config = {k: v for k, v in asdict(cfg[step]).items() if k != "timeout_s"}
+        plan[step] = {unit: {"kind": MEASURED, "figure": step, "run": mode, "config": config}}
+    # figure 7's second panel: R-GCN on ogbn-mag itself at the paper's N, simulated (simulator.fig7)
+    plan["fig7"][FIG7_SIMULATED_UNIT] = {
+        "kind": SIMULATED, "figure": "fig7", "run": mode, "graph": "ogbn-mag", "workers": cfg["mag_workers"],
+        "profile": profile, "profile_sha": prof["sha"], "simulator_sha": sim_sha,
+    }
     return plan
 
 
 def unit_outputs(unit: str, params: dict[str, Any]) -> dict[str, str]:
     """File name -> kind (measured/simulated) of everything a unit writes."""
+    if params["figure"] == "fig7" and params["kind"] == MEASURED:
+        return {f"{unit}{end}": MEASURED for end in (".png", ".csv", "_ratios.csv", "_records.csv")}
+    if params["figure"] == "fig8":
+        return {f"{unit}{end}": MEASURED for end in (".png", "_curves.csv", "_rates.csv")}
+    if params["figure"] == "accuracy":
+        return {f"{unit}{end}": MEASURED for end in (".md", ".csv", "_summary.csv")}
     files = {f"{unit}.png": params["kind"], f"{unit}.csv": params["kind"]}
     if params["kind"] == MEASURED and params["figure"] != "fig2":
         files[f"{unit}_records.csv"] = MEASURED
@@ -125,7 +162,7 @@ def select_steps(only: str | None) -> list[str]:
         if not name:
             continue
         if name not in ALIASES:
-            raise ValueError(f"unknown step {name!r} in --only: choose from {', '.join(STEPS)} (or fig2..fig6)")
+            raise ValueError(f"unknown step {name!r} in --only: choose from {', '.join(STEPS)} (or fig2..fig8)")
         wanted.add(ALIASES[name])
     return [s for s in STEPS if s in wanted]
 

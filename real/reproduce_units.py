@@ -2,11 +2,12 @@
 
 Every unit takes its parameters (from :mod:`real.reproduce_plan`), writes ``<unit>.png`` and ``<unit>.csv`` (and
 for measured scaling figures ``<unit>_records.csv``) into ``out`` and returns its provenance for the manifest.
+Figures 7 and 8 and the accuracy table (:mod:`real.fig7`, :mod:`real.fig8`, :mod:`real.accuracy_table`) write
+the files :func:`real.reproduce_plan.unit_outputs` lists for them; :func:`run_measured` dispatches to them.
 """
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,24 +15,30 @@ from typing import Any
 import pandas as pd
 
 from sarlab.machine import cpu_model, load_1min, today, usable_cores
-from sarlab.records import summarize
+from simulator import fig7 as sim_fig7
 from simulator.model import ModelSpec
 from simulator.profile import load_profile
 from simulator.sweep import simulate_sweep
 
+from .accuracy_table import AccuracyConfig, run_accuracy, write_accuracy
 from .bench import EngineBenchConfig, run_engine_bench
-from .figures import MEASURED, SIMULATED, measured_banner, plot_fig2, plot_scaling, simulated_banner
+from .fig7 import Fig7Config, run_fig7, write_fig7
+from .fig8 import Fig8Config, run_fig8_curves, run_fig8_rates, write_fig8
+from .figures import (
+    MEASURED,
+    SIMULATED,
+    epochs_text,
+    measured_banner,
+    plot_fig2,
+    plot_scaling,
+    simulated_banner,
+    summarize_measured,
+    write_csv,
+)
 from .kernel_bench import KernelBenchConfig, run_kernel_bench
 from .reproduce_plan import profile_identity
 
 Log = Callable[[str], None]
-
-
-def write_csv(df: pd.DataFrame, path: Path) -> None:
-    """Write a table atomically (write, then rename)."""
-    tmp = path.with_suffix(".csv.tmp")
-    df.to_csv(tmp, index=False)
-    os.replace(tmp, path)
 
 
 def run_fig2(unit: str, p: dict[str, Any], out: Path, work: Path, log: Log) -> dict[str, Any]:
@@ -62,40 +69,58 @@ def run_fig2(unit: str, p: dict[str, Any], out: Path, work: Path, log: Log) -> d
             "notes": result.get("notes", [])}
 
 
-def epochs_text(epochs: int) -> str:
-    """Which epochs the figure's times are from (epoch 0 is warm-up when there are more)."""
-    if epochs <= 1:
-        return "epoch 0 (no warm-up epoch)"
-    if epochs == 2:
-        return "epoch 1 (epoch 0 is warm-up)"
-    return f"median of epochs 1..{epochs - 1} (epoch 0 is warm-up)"
+def _config(cls, p: dict[str, Any]):
+    """A figure's frozen config from the plan's parameters (JSON lists back to tuples)."""
+    fields = {k: tuple(tuple(x) if isinstance(x, list) else x for x in v) if isinstance(v, list) else v
+              for k, v in p["config"].items()}
+    return cls(**fields)
 
 
-def summarize_measured(records: pd.DataFrame, series: list) -> pd.DataFrame:
-    """One row per (series, N) from :func:`sarlab.records.summarize`, with the series' label and the memory
-    scaling (peak at the smallest N / peak at N)."""
-    label = {bench_mode: name for name, bench_mode, _, _ in series}
-    table = summarize(records, keys=("mode", "workers"))
-    threads = records.groupby(["mode", "workers"]).threads.first() if "threads" in records else None
-    table = pd.DataFrame({
-        "series": table["mode"].map(lambda m: label.get(m, m)), "mode": table["mode"].str.split("+").str[0],
-        "fused": table["mode"].str.endswith("+fused"), "workers": table["workers"].astype(int),
-        "epochs_measured": table["epochs"].astype(int), "epoch_time_s": table["epoch_time_s"],
-        "comm_wait_s": table["comm_wait_s"], "bytes_sent_per_epoch": table["bytes_sent_per_epoch"],
-        "baseline_mem_bytes": table["baseline_mem_bytes"].astype(int),
-        "peak_mem_above_baseline_bytes": (table["peak_mem_bytes"] - table["baseline_mem_bytes"]).astype(int),
-        "peak_mem_bytes": table["peak_mem_bytes"].astype(int),
-        "threads_per_worker": [int(threads.loc[(m, n)]) if threads is not None else 0
-                               for m, n in zip(table["mode"], table["workers"])],
-        "loss_last_epoch": table["loss"]})
-    order = {name: i for i, (name, *_rest) in enumerate(series)}
-    table = table.sort_values(["series", "workers"], key=lambda c: c.map(order) if c.name == "series" else c)
-    first = table.groupby("series").peak_mem_bytes.transform("first")
-    return table.assign(mem_scaling=first / table.peak_mem_bytes).reset_index(drop=True)
+def _provenance(load: tuple[float, float], **extra) -> dict[str, Any]:
+    return {"machine": cpu_model(), "cores": usable_cores(), "date": today(), "loadavg_1min_start_end": list(load),
+            **extra}
+
+
+def run_fig7_unit(unit: str, p: dict[str, Any], out: Path, cache: Path, log: Log) -> dict[str, Any]:
+    """Figure 7: R-GCN on an ogbn-mag-like graph, sar vs oneshot, both R-GCN orders, measured here."""
+    cfg = _config(Fig7Config, p)
+    start = load_1min()
+    records = run_fig7(cfg, cache, log=lambda line: log(f"  {line}"))
+    load = (start, load_1min())
+    write_fig7(records, cfg, out, prefix=unit, load=load)
+    return _provenance(load, graph=cfg.graph)
+
+
+def run_fig8_unit(unit: str, p: dict[str, Any], out: Path, cache: Path, log: Log) -> dict[str, Any]:
+    """Figure 8: training curves with/without label augmentation and MFG; MFG's epoch time per label rate."""
+    cfg = _config(Fig8Config, p)
+    start = load_1min()
+    rates = run_fig8_rates(cfg, cache, log=lambda line: log(f"  {line}"))
+    curves = run_fig8_curves(cfg, cache, log=lambda line: log(f"  {line}"))
+    load = (start, load_1min())
+    write_fig8(curves, rates, cfg, out, prefix=unit, load=load)
+    return _provenance(load, graph=cfg.graph)
+
+
+def run_accuracy_unit(unit: str, p: dict[str, Any], out: Path, cache: Path, log: Log) -> dict[str, Any]:
+    """The accuracy table: plain / label augmentation / C&S over seeds, and the N-worker check."""
+    cfg = _config(AccuracyConfig, p)
+    start = load_1min()
+    runs = run_accuracy(cfg, cache, log=lambda line: log(f"  {line}"))
+    command = f"sarlab reproduce --{p['run']} --only accuracy --out {out}"
+    write_accuracy(runs, cfg, out, command)
+    return _provenance((start, load_1min()), runs=len(runs))
+
+
+#: the units :func:`run_measured` hands on, by figure
+OTHER_MEASURED = {"fig7": run_fig7_unit, "fig8": run_fig8_unit, "accuracy": run_accuracy_unit}
 
 
 def run_measured(unit: str, p: dict[str, Any], out: Path, cache: Path, log: Log) -> dict[str, Any]:
-    """Figures 3a/4a: the engine benchmark on a products-like synthetic graph (measured here)."""
+    """Figures 3a/4a: the engine benchmark on a products-like synthetic graph (measured here); figures 7, 8 and
+    the accuracy table through :data:`OTHER_MEASURED`."""
+    if p["figure"] in OTHER_MEASURED:
+        return OTHER_MEASURED[p["figure"]](unit, p, out, cache, log)
     g, m = p["graph"], p["model"]
     cfg = EngineBenchConfig(nodes=g["nodes"], degree=g["degree"], features=g["features"], classes=g["classes"],
                             hidden=m["hidden"], layers=m["layers"], heads=m["heads"], workers=tuple(p["workers"]),
@@ -127,7 +152,9 @@ def run_measured(unit: str, p: dict[str, Any], out: Path, cache: Path, log: Log)
     return {"machine": cpu, "cores": cores, "date": date, "loadavg_1min_start_end": [load_start, load_end],
             "graph": meta["graph"], "num_edges": edges}
 def run_simulated(unit: str, p: dict[str, Any], out: Path, log: Log) -> dict[str, Any]:
-    """Figures 3b/4b/5/6: the SimPy model on an OGB preset with an estimated METIS-like partition."""
+    """Figures 3b/4b/5/6/7b: the SimPy model on an OGB preset with an estimated METIS-like partition."""
+    if p["figure"] == "fig7":
+        return run_fig7_simulated(unit, p, out, log)
     profile = load_profile(p["profile"])
     ident = profile_identity(p["profile"])
     m = p["model"]
@@ -185,3 +212,13 @@ def run_simulated(unit: str, p: dict[str, Any], out: Path, log: Log) -> dict[str
     return {"profile": ident["name"], "profile_source": ident["where"], "profile_sha": ident["sha"],
             "date": date, "graph": p["graph"], "edge_cut": p["edge_cut"],
             "oom": [f"{r['series']} N={r['workers']}" for r in rows if r["oom"]]}
+
+
+def run_fig7_simulated(unit: str, p: dict[str, Any], out: Path, log: Log) -> dict[str, Any]:
+    """Figure 7's simulated panel: 3-layer R-GCN (hidden 256) on ogbn-mag at the paper's N (:mod:`simulator.fig7`)."""
+    ident = profile_identity(p["profile"])
+    log(f"  R-GCN on ogbn-mag, N = {', '.join(map(str, p['workers']))}, profile {ident['name']}")
+    table = sim_fig7.simulate_fig7(tuple(p["workers"]), p["profile"])
+    sim_fig7.write_fig7(table, out, "sarlab reproduce --only fig7")
+    return {"profile": ident["name"], "profile_source": ident["where"], "profile_sha": ident["sha"],
+            "date": today(), "graph": p["graph"]}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 
 from sarlab import checkpoint
 from sarlab.comm import check_backend
@@ -13,8 +12,8 @@ from sarlab.records import describe
 from sarlab.train import TrainConfig
 from sarlab.validate_data import check_int
 
-from .jobs import FAULT_KINDS, Fault, Job
-from .launcher import launch, preflight
+from . import api
+from .jobs import FAULT_KINDS, Fault
 from .lifecycle import interruptible
 from .options import (
     EPILOG,
@@ -25,12 +24,9 @@ from .options import (
     add_sampling_args,
     engine_config,
     model_config,
-    prepare_partition,
-    progress,
     sampling_config,
     write_json,
 )
-from .worker import run_from_env
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,6 +40,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--lr-schedule", default="constant", choices=["constant", "cosine"],
+                   help="constant, or cosine: epoch e of E uses lr (1 + cos(pi e / E)) / 2 (default %(default)s)")
+    p.add_argument("--mfg", action="store_true",
+                   help="message-flow-graph pruning: compute per layer only the rows that reach a training node "
+                        "(same loss and gradients; not with --batchnorm)")
+    p.add_argument("--label-aug", type=float, default=0.0, metavar="RATE",
+                   help="label augmentation: share of the training nodes whose label is an input each epoch (the "
+                        "loss is on the others; at inference every training label is an input) (default 0: off)")
+    p.add_argument("--correct-smooth", nargs="?", const="products", default="", metavar="PRESET",
+                   help="Correct & Smooth on the outputs after the last epoch, with the hyperparameters of the C&S "
+                        "paper's products or arxiv setting (default preset: products); its accuracies are the "
+                        "last epoch's cs_*_acc")
     p.add_argument("--eval-every", type=int, default=1, help="evaluate every K epochs (0: never)")
     p.add_argument("--threads", type=int, default=0, help="threads per worker (0: cores // workers)")
     p.add_argument("--method", default="metis", choices=["metis", "random"], help="partitioning method")
@@ -93,40 +101,32 @@ def main(argv: list[str] | None = None) -> int:
     if a.predict:
         checkpoint.check_target(a.predict, "predictions", a.force)
     train_cfg = TrainConfig(epochs=a.epochs, lr=a.lr, weight_decay=a.weight_decay, dtype=a.dtype,
-                            eval_every=a.eval_every)
+                            eval_every=a.eval_every, lr_schedule=a.lr_schedule, mfg=a.mfg, label_aug=a.label_aug,
+                            correct_smooth=a.correct_smooth)
     check_backend(a.backend)
     fault = Fault.parse(a.fault) if a.fault else None
 
     sampling = sampling_config(a)
     engine = engine_config(a, mode="sar" if sampling is not None else None)  # sampling: the exact engine evaluates
 
-    def job(pdir: str) -> Job:
-        return Job("train", pdir, model_config(a), train_cfg, engine, backend=a.backend,
-                   timeout_s=a.timeout, threads=a.threads, fault=fault, checkpoint_dir=a.checkpoint,
-                   checkpoint_every=a.checkpoint_every, resume_dir=a.resume, save_model=a.save_model,
-                   predict=a.predict, force=a.force, memory=a.memory, sampling=sampling)
+    if api.under_torchrun() and a.net.emulated:
+        raise SystemExit("error: --net builds the network of a local launch; under torchrun the ranks use the "
+                         "network torchrun was given (drop --net)")
 
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ:  # under torchrun
-        if a.net.emulated:
-            raise SystemExit("error: --net builds the network of a local launch; under torchrun the ranks use the "
-                             "network torchrun was given (drop --net)")
-        check_dims(a, a.graph)
-        out = a.json + ".records" if a.json else None
-        run_from_env(job(a.graph), out)
-        if out and int(os.environ["RANK"]) == 0:
-            os.replace(out, a.json)
-        return 0
-    preflight(a.workers, a.net, fault, a.timeout)  # before anything is partitioned or built
-    pdir, tmp = prepare_partition(a.graph, a.workers, a.method, a.seed, a.partition_dir, a.force)
-    try:
+    def on_partition(pdir: str) -> None:
         check_dims(a, pdir)
         if resume is not None:
             checkpoint.check_compatible(resume, model_config(a), a.dtype, checkpoint.graph_facts(load_manifest(pdir)),
                                         epochs=a.epochs)
-        records = launch(job(pdir), a.workers, port=a.port, net=a.net, log=progress)
-    finally:
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
-    print(describe(records))
-    write_json(a.json, records)
+
+    result = api.run(a.graph, workers=None if api.under_torchrun() else a.workers, model=model_config(a),
+                     train=train_cfg, engine=engine, sampling=sampling, net=a.net, method=a.method,
+                     partition_dir=a.partition_dir, force=a.force, backend=a.backend, timeout_s=a.timeout,
+                     threads=a.threads, port=a.port, memory=a.memory, quiet=False, fault=fault,
+                     checkpoint_dir=a.checkpoint, checkpoint_every=a.checkpoint_every, resume_dir=a.resume,
+                     save_model=a.save_model, predict_path=a.predict, on_partition=on_partition)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun every rank has the records: rank 0 reports them
+        records = result.records.to_dict("records")
+        print(describe(records))
+        write_json(a.json, records)
     return 0

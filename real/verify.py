@@ -119,7 +119,8 @@ def verify(graph: Graph, workers: int, variants: list, method: str = "metis", to
         shutil.rmtree(tmp, ignore_errors=True)
     out = []
     for i, (model_cfg, engine_cfg, dtype) in enumerate(variants):
-        model = GNN(model_cfg, graph.feature_dim, graph.num_classes).to(DTYPES[dtype])
+        model = GNN(model_cfg, graph.feature_dim, graph.num_classes, num_relations=graph.num_relations)
+        model = model.to(DTYPES[dtype])
         model.load_state_dict(gathered[0][i]["init"])
         ref = reference_step(model, graph, DTYPES[dtype])
         noise = 0.0
@@ -137,6 +138,8 @@ def verify(graph: Graph, workers: int, variants: list, method: str = "metis", to
         if model_cfg.model == "gat":
             label += f"-h{model_cfg.heads}{'' if model_cfg.self_loops else '-noloops'}"
             label += "-fused" if engine_cfg.fused else "-unfused"
+        if model_cfg.model == "rgcn":
+            label += f"-b{model_cfg.bases}" + ("" if engine_cfg.fused else "-per-edge")
         label += f" {engine_cfg.mode} N={workers}"
         row = compare([g[i] for g in gathered], ref, label, dtype, tol or DEFAULT_TOL[dtype])
         out.append(Comparison(**{**row.__dict__, "ref_noise": noise}))
@@ -145,7 +148,8 @@ def verify(graph: Graph, workers: int, variants: list, method: str = "metis", to
 
 def _perturbed(model: GNN, model_cfg, graph: Graph) -> GNN:
     """A copy of ``model`` with every parameter moved by about one unit in the last place."""
-    twin = GNN(model_cfg, graph.feature_dim, graph.num_classes).to(next(model.parameters()).dtype)
+    twin = GNN(model_cfg, graph.feature_dim, graph.num_classes, num_relations=graph.num_relations)
+    twin = twin.to(next(model.parameters()).dtype)
     twin.load_state_dict(model.state_dict())
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():

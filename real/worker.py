@@ -25,10 +25,12 @@ import kernels
 from sarlab import checkpoint, memory
 from sarlab.comm import Comm
 from sarlab.minibatch import MiniBatchTrainer
+from sarlab.nn.model import ModelConfig
 from sarlab.partition import load_manifest, load_part
 from sarlab.shards import ShardedGraph
-from sarlab.train import Trainer
+from sarlab.train import TrainConfig, Trainer
 
+from . import custom_model
 from .jobs import Job
 from .lifecycle import die_with_parent
 
@@ -92,8 +94,9 @@ def _inject(job: Job, rank: int, epoch: int) -> None:
     raise RuntimeError(f"injected fault on rank {rank} at epoch {epoch}")
 
 
-def run(job: Job, rank: int, world: int, host: str, port: int, out_path: str | None) -> None:
-    """Run ``job`` as ``rank`` of ``world``; rank 0 writes the gathered result to ``out_path``."""
+def run(job: Job, rank: int, world: int, host: str, port: int, out_path: str | None) -> list:
+    """Run ``job`` as ``rank`` of ``world``; rank 0 writes the gathered result to ``out_path``; returns it (one
+    entry per rank) on every rank."""
     mem_method = _memory_method(job)  # first: the counting allocator must see every tensor of the run
     torch.set_num_threads(_threads(job, world))
     _connect(job, rank, world, host, port)
@@ -102,12 +105,12 @@ def run(job: Job, rank: int, world: int, host: str, port: int, out_path: str | N
         part = load_part(job.partition_dir, rank, manifest, verify=True)
         comm = Comm(rank, world)
         if job.kind == "verify":
-            result = [_verify(Trainer(ShardedGraph.from_partition(part, comm, engine), part, model,
-                                      replace(job.train, dtype=dtype)))
+            result = [_verify(_trainer(job, ShardedGraph.from_partition(part, comm, engine), part, model,
+                                       replace(job.train, dtype=dtype)))
                       for model, engine, dtype in job.all_variants()]
         else:
             graph = ShardedGraph.from_partition(part, comm, job.engine)
-            trainer = Trainer(graph, part, job.model, job.train) if job.sampling is None else \
+            trainer = _trainer(job, graph, part, job.model, job.train) if job.sampling is None else \
                 MiniBatchTrainer(graph, part, job.model, job.train, job.sampling)
             gc.collect()
             comm.barrier()
@@ -124,6 +127,16 @@ def run(job: Job, rank: int, world: int, host: str, port: int, out_path: str | N
         comm.barrier()
     finally:
         dist.destroy_process_group()
+    return gathered
+
+
+def _trainer(job: Job, graph: ShardedGraph, part, model: ModelConfig, train: TrainConfig) -> Trainer:
+    """The rank's trainer: the built-in model ``model`` describes, or the job's own (``job.model_factory``, built
+    with ``model.seed``)."""
+    trainer = Trainer(graph, part, model, train)
+    if job.model_factory is not None:
+        custom_model.install(trainer, custom_model.unpack(job.model_factory), model.seed)
+    return trainer
 
 
 def _memory_method(job: Job) -> str:
@@ -185,8 +198,9 @@ def _write(job: Job, gathered: list, out_path: str) -> None:
     os.replace(tmp, out_path)
 
 
-def run_from_env(job: Job, out_path: str | None) -> None:
-    """Run as one rank under ``torchrun`` (or any launcher that sets the env:// variables)."""
+def run_from_env(job: Job, out_path: str | None) -> list:
+    """Run as one rank under ``torchrun`` (or any launcher that sets the env:// variables); returns
+    :func:`run`'s gathered result."""
     missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
     if missing:
         raise RuntimeError(f"env:// launch needs {', '.join(missing)} in the environment (torchrun sets them)")
@@ -195,8 +209,8 @@ def run_from_env(job: Job, out_path: str | None) -> None:
         os.environ["SARLAB_STORE_HOST_RANK0"] = "1"  # nobody else hosts the store: rank 0 does
     if job.net == "loopback":  # a network sarlab did not set up: rendezvous through the env:// variables
         job = replace(job, net="env")
-    run(job, rank, world, os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-        out_path if rank == 0 else None)
+    return run(job, rank, world, os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+               out_path if rank == 0 else None)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -199,22 +199,32 @@ def restore(trainer, payload: dict, facts: dict) -> int:
 
 
 def save_model(path: str, trainer, force: bool = False) -> None:
-    """Write the final weights with the model's configuration (call on rank 0 only); see :func:`load_model`."""
+    """Write the final weights with the model's configuration (call on rank 0 only); see :func:`load_model`.
+
+    ``in_dim`` is the model's input width: the features, plus one column per class with label augmentation
+    (the label inputs); ``num_relations`` the graph's relations (R-GCN's weights are per relation).
+    """
     check_target(path, "model", force)
     cfg = trainer.model.cfg
+    label_inputs = int(trainer.part.num_classes) if trainer.train_cfg.label_aug else 0
     payload = {"format": KINDS["model"], "version": FORMAT_VERSION,
                "model_config": asdict(cfg) if is_dataclass(cfg) else {}, "dtype": trainer.train_cfg.dtype,
                "feature_dim": int(trainer.part.feature_dim), "num_classes": int(trainer.part.num_classes),
+               "in_dim": int(trainer.part.feature_dim) + label_inputs, "label_aug": float(trainer.train_cfg.label_aug),
+               "num_relations": int(getattr(trainer.part, "num_relations", 1)),
                "state": {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}}
     _atomic_write(path, lambda f: torch.save(payload, f))
 
 
 def load_model(path: str):
-    """The :class:`~sarlab.nn.model.GNN` that :func:`save_model` wrote, with its weights, in eval mode."""
+    """The :class:`~sarlab.nn.model.GNN` that :func:`save_model` wrote, with its weights, in eval mode (a model
+    trained with label augmentation takes ``feature_dim + num_classes`` inputs: the features, then the one-hot
+    training labels, zero elsewhere)."""
     if _file_kind(path) != "model":
         raise CheckpointError(f"{path!r} is not a sarlab model file (written by save_model / --save-model)")
     payload = torch.load(path, map_location="cpu", weights_only=True)
-    model = GNN(ModelConfig(**payload["model_config"]), payload["feature_dim"], payload["num_classes"])
+    model = GNN(ModelConfig(**payload["model_config"]), payload.get("in_dim", payload["feature_dim"]),
+                payload["num_classes"], num_relations=payload.get("num_relations", 1))
     model = model.to(next(iter(payload["state"].values())).dtype)
     model.load_state_dict(payload["state"])
     return model.eval()

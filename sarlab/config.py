@@ -17,13 +17,17 @@ class EngineConfig:
             fetched shards kept for backward), ``oneshot`` (all halo rows in one exchange).
         prefetch: number of ring rounds fetched ahead of the one being aggregated (``sar``/``sa``; >= 0).
         kernels: ``auto``, ``cpp`` or ``torch`` for the fused attention kernels.
-        fused: use fused attention kernels in GAT layers.
+        fused: GAT: the fused attention kernels; R-GCN: aggregate, then ``W_r`` (False: one message
+            ``x_j W_r`` per edge, as PyG's ``FastRGCNConv`` / DGL's ``RelGraphConv``).
+        staleness: ``S >= 0``; with ``S >= 1`` (``sar``/``oneshot`` only) training aggregates halo rows computed up
+            to ``S`` epochs ago, fetched asynchronously (:mod:`sarlab.stale`); 0 is the exact mode.
     """
 
     mode: str = "sar"
     prefetch: int = 1
     kernels: str = "auto"
     fused: bool = True
+    staleness: int = 0
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -31,6 +35,10 @@ class EngineConfig:
         check_int("prefetch depth", self.prefetch, 0)
         if self.kernels not in ("auto", "cpp", "torch"):
             raise InputError(f"kernels must be auto, cpp or torch, got {self.kernels!r}")
+        check_int("staleness", self.staleness, 0)
+        if self.staleness and self.mode not in ("sar", "oneshot"):
+            raise InputError(f"--staleness {self.staleness} needs --mode sar or oneshot (mode {self.mode!r} has no "
+                             "halo cache): drop --staleness or change the mode")
 
 
 #: a fan-out that takes every in-neighbour

@@ -28,17 +28,21 @@ METRIC_COLUMNS = ("mode", "model", "workers", "rank", "epoch", "epoch_time_s", "
                   "bytes_sent", "bytes_recv", "peak_mem_bytes", "baseline_mem_bytes", "loss", "train_acc",
                   "val_acc", "test_acc")
 #: the configuration a record was measured (or simulated) under
-CONFIG_COLUMNS = ("graph", "partition_dir", "num_nodes", "num_edges", "feature_dim", "num_classes", "layers",
-                  "hidden", "heads", "aggr", "fused", "prefetch", "dtype", "batchnorm", "dropout", "threads", "net")
+CONFIG_COLUMNS = ("graph", "partition_dir", "num_nodes", "num_edges", "feature_dim", "num_classes", "num_relations",
+                  "layers", "hidden", "heads", "aggr", "bases", "fused", "prefetch", "dtype", "batchnorm", "dropout",
+                  "threads", "net", "mfg", "label_aug", "lr_schedule", "correct_smooth")
+#: what a run with ``correct_smooth`` adds to its last epoch's record (NaN in the other records)
+CS_COLUMNS = ("cs_train_acc", "cs_val_acc", "cs_test_acc")
 RECORD_COLUMNS = METRIC_COLUMNS + CONFIG_COLUMNS
 #: values of configuration columns that older records do not carry
 CONFIG_DEFAULTS = {"label": "", "graph": "", "partition_dir": "", "heads": 1, "aggr": "mean", "fused": False,
                    "prefetch": 1, "dtype": "float32", "batchnorm": False, "dropout": 0.0, "threads": 0,
-                   "net": "loopback"}
+                   "net": "loopback", "num_relations": 1, "bases": 0, "mfg": False, "label_aug": 0.0,
+                   "lr_schedule": "constant", "correct_smooth": ""}
 #: the keys that tell one configuration from another in a set of records
 CONFIG_KEYS = ("label", "graph", "partition_dir", "num_nodes", "num_edges", "feature_dim", "num_classes",
-               "model", "layers", "hidden", "heads", "aggr", "fused", "mode", "workers", "prefetch", "dtype",
-               "batchnorm", "dropout", "threads", "net")
+               "num_relations", "model", "layers", "hidden", "heads", "aggr", "bases", "fused", "mode", "workers",
+               "prefetch", "dtype", "batchnorm", "dropout", "threads", "net", "mfg", "label_aug")
 
 
 def measured_epochs(records: pd.DataFrame, warmup: int = 1) -> pd.DataFrame:
@@ -83,11 +87,16 @@ def summarize(records: pd.DataFrame, keys: Sequence[str] = ("model", "mode", "wo
 
 
 def describe(records: pd.DataFrame | list) -> str:
-    """One line for a finished run: final loss and accuracies, steady epoch time, peak memory per worker."""
+    """One line for a finished run: final loss and accuracies (and Correct & Smooth's when it ran), steady epoch
+    time, peak memory per worker."""
     df = pd.DataFrame(records)
     last = df[df.epoch == df.epoch.max()].iloc[0]
     row = summarize(df, keys=(), warmup=1).iloc[0]
+    cs = ""
+    if all(c in df.columns for c in CS_COLUMNS) and not math.isnan(float(last.cs_test_acc)):
+        cs = (f" (after Correct & Smooth: train acc {last.cs_train_acc:.3f} val acc {last.cs_val_acc:.3f} "
+              f"test acc {last.cs_test_acc:.3f})")
     return (f"final: loss {last.loss:.4f} train acc {last.train_acc:.3f} val acc {last.val_acc:.3f} "
-            f"test acc {last.test_acc:.3f}; epoch time (median over epochs>0, max over ranks) "
+            f"test acc {last.test_acc:.3f}{cs}; epoch time (median over epochs>0, max over ranks) "
             f"{row.epoch_time_s:.3f}s; peak memory per worker above baseline (max) "
             f"{row.peak_mem_above_baseline_bytes / 2**20:.1f} MiB")

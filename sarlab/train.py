@@ -13,6 +13,7 @@ from .label_aug import label_input_mask, with_label_inputs
 from .mfg import PrunedGraph
 from .nn.model import GNN, ModelConfig
 from .partition import Partition
+from .stale import StaleHalos
 from .validate_data import InputError, check_int, check_real
 
 LR_SCHEDULES = ("constant", "cosine")
@@ -105,6 +106,12 @@ class Trainer:
                 raise InputError("MFG pruning computes only the rows that reach a training node, but BatchNorm "
                                  "normalises over every node: drop --batchnorm or --mfg")
             self.plan = PrunedGraph(graph, self.masks["train"], model_cfg.layers)
+        staleness = getattr(graph.config, "staleness", 0)
+        if staleness and train_cfg.mfg:
+            raise InputError("--staleness caches every halo row of the whole graph, MFG pruning keeps only the rows "
+                             "that reach a training node: drop --staleness or --mfg")
+        # S = 0: no cache, the exact modes unchanged; S >= 1: training forwards aggregate stale halo rows
+        self.stale = StaleHalos(graph, staleness) if staleness else None
 
     def inputs(self, epoch: int, training: bool) -> torch.Tensor:
         """The model's input rows: the features, with label augmentation the label columns appended (in
@@ -138,7 +145,9 @@ class Trainer:
         else:
             n_loss = float(self.global_counts[0])
         if self.plan is None:
-            logits = self.model(self.graph, x, epoch)
+            graph = self.graph if self.stale is None else \
+                self.stale.view(epoch, last=epoch == self.train_cfg.epochs - 1)
+            logits = self.model(graph, x, epoch)
             rows = None
         else:
             rows = self.plan.output_rows
@@ -275,6 +284,7 @@ class Trainer:
         cfg = self.model.cfg
         out = {k: v for k, v in asdict(cfg).items() if k != "seed"}
         out.update(prefetch=self.graph.config.prefetch, fused=self.graph.config.fused,
+                   staleness=getattr(self.graph.config, "staleness", 0),
                    dtype=self.train_cfg.dtype, threads=torch.get_num_threads(),
                    num_nodes=self.graph.num_nodes_global, feature_dim=self.part.feature_dim,
                    num_classes=self.part.num_classes, num_relations=self.part.num_relations,

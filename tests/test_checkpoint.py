@@ -256,9 +256,13 @@ def _spawn(pdir: str, world: int, plan: dict, out: str, timeout: float = 240) ->
     return torch.load(out, weights_only=True)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_resume_across_world_sizes(parts, graph, tmp_path):
-    """2 workers for 6 epochs, checkpointing after 3; resumed on 2 workers (bit-identical) and on 4 (1e-10)."""
+    """2 workers for 6 epochs, checkpointing after 3; resumed on 2 workers (bit-identical) and on 4 (1e-10).
+
+    Slow (~75 s) and, but for the PyG check of the gathered predictions, the same as
+    tests/test_resume_distributed.py, which the default run keeps (through the CLI)."""
     ckdir = str(tmp_path / "ck")
     whole = _spawn(parts[2], 2, {"save": ckdir, "save_at": 3}, str(tmp_path / "whole.pt"))
     same = _spawn(parts[2], 2, {"resume": ckdir}, str(tmp_path / "same.pt"))

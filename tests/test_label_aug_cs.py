@@ -3,22 +3,26 @@ curve on 1 and 4 workers, and the distributed Correct & Smooth against PyG's ``C
 from __future__ import annotations
 
 import datetime
+import json
 import math
 import multiprocessing as mp
 import os
 import traceback
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import torch.distributed as dist
+from conftest import run_cli
 
 from real.jobs import Job
 from real.launcher import launch
 from real.verify import Comparison, compare, format_table
+from sarlab.checkpoint import load_model
 from sarlab.comm import Comm
 from sarlab.config import EngineConfig
-from sarlab.correct_smooth import CSConfig, correct_and_smooth
+from sarlab.correct_smooth import PRESETS, CSConfig, correct_and_smooth
 from sarlab.graphs import synthetic_graph
 from sarlab.label_aug import LABEL_STREAM, label_input_mask
 from sarlab.nn.functional import uniform_by_id
@@ -201,3 +205,47 @@ def test_distributed_correct_and_smooth_matches_pyg(tmp_path, workers):
 def test_protocol_settings_are_checked(field, value, message):
     with pytest.raises(InputError, match=message):
         TrainConfig(**{field: value})
+
+
+@pytest.mark.timeout(300)
+def test_train_cli_with_label_aug_mfg_and_correct_smooth(tmp_path, graph):
+    """`sarlab train --label-aug --mfg --correct-smooth arxiv --lr-schedule cosine` on 2 workers: the records carry
+    the settings, the cosine learning rate and C&S's accuracies (last epoch only); the saved model takes the label
+    columns, and as PyG layers on [features, one-hot training labels] gives the predicted logits, whose C&S by PyG's
+    CorrectAndSmooth has the recorded accuracies."""
+    from torch_geometric.nn import CorrectAndSmooth
+
+    spec = "synthetic:nodes=500,degree=5,features=8,classes=4,noise=3.0,seed=4,train=0.4"  # the `graph` fixture
+    model_path, pred_path, rec_path = tmp_path / "m.pt", tmp_path / "p.pt", tmp_path / "r.json"
+    epochs, lr = 3, 0.02
+    res = run_cli(["train", "--graph", spec, "--workers", "2", "--model", "sage", "--hidden", "8", "--epochs",
+                   str(epochs), "--lr", str(lr), "--lr-schedule", "cosine", "--label-aug", str(RATE), "--mfg",
+                   "--correct-smooth", "arxiv", "--dtype", "float64", "--save-model", str(model_path),
+                   "--predict", str(pred_path), "--json", str(rec_path)])
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "after Correct & Smooth" in res.stdout, res.stdout
+    records = pd.DataFrame(json.loads(rec_path.read_text()))
+    assert set(records.mfg) == {True} and set(records.label_aug) == {RATE} and set(records.correct_smooth) == {"arxiv"}
+    for e, lr_e in records.groupby("epoch").lr.first().items():
+        assert lr_e == pytest.approx(lr * (1 + math.cos(math.pi * e / epochs)) / 2, rel=1e-12)
+    last = records.epoch == epochs - 1
+    cs = ["cs_train_acc", "cs_val_acc", "cs_test_acc"]
+    assert records.loc[~last, cs].isna().all().all() and records.loc[last, cs].notna().all().all()
+    model = load_model(str(model_path))
+    onehot = np.zeros((graph.num_nodes, graph.num_classes))
+    onehot[np.flatnonzero(graph.train_mask), graph.labels[graph.train_mask]] = 1.0
+    inputs = torch.from_numpy(np.concatenate([graph.features, onehot], 1))
+    ref = reference_step(model, graph, torch.float64, inputs=inputs)  # dropout 0: train mode = eval mode
+    predicted = torch.load(pred_path, weights_only=True)["outputs"]
+    torch.testing.assert_close(predicted, ref["logits"], rtol=1e-10, atol=1e-10)
+    cfg = PRESETS["arxiv"]
+    cands = CorrectAndSmooth(cfg.correction_layers, cfg.correction_alpha, cfg.smoothing_layers, cfg.smoothing_alpha,
+                             autoscale=cfg.autoscale, scale=cfg.scale)
+    train, labels = torch.from_numpy(graph.train_mask), torch.from_numpy(graph.labels)
+    edge_index = torch.from_numpy(np.stack([graph.src, graph.dst]))
+    probs = cands.correct(torch.softmax(predicted, 1), labels[train], train, edge_index)
+    probs = cands.smooth(probs, labels[train], train, edge_index)
+    row = records[last & (records["rank"] == 0)].iloc[0]
+    for col, mask in zip(cs, (graph.train_mask, graph.val_mask, graph.test_mask)):
+        m = torch.from_numpy(mask)
+        assert row[col] == pytest.approx(float((probs[m].argmax(1) == labels[m]).double().mean()), abs=1e-12), col

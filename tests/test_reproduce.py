@@ -15,9 +15,13 @@ import pandas as pd
 import pytest
 from conftest import ROOT
 
+from real.reproduce_plan import build_plan, select_steps, unit_outputs
+
 FIGURES = {"fig2": {"measured"}, "fig3": {"measured", "simulated"}, "fig4": {"measured", "simulated"},
            "fig5": {"simulated"}, "fig6": {"simulated"}}
 STEPS = ("fig2", "fig3_fig4", "fig5_fig6")
+#: the steps the quick fixture runs (figures 7, 8 and the accuracy table train models: listed by a dry run only)
+ONLY = ["--only", ",".join(STEPS)]
 
 
 def reproduce(args: list[str], timeout: float) -> subprocess.CompletedProcess:
@@ -42,7 +46,7 @@ def summary(path: Path) -> dict[str, dict]:
 def quick(tmp_path_factory):
     out = tmp_path_factory.mktemp("reproduce")
     start = time.perf_counter()
-    res = reproduce(["--quick", "--out", str(out), "--json", str(out / "first.json")], timeout=240)
+    res = reproduce(["--quick", *ONLY, "--out", str(out), "--json", str(out / "first.json")], timeout=240)
     return out, res, time.perf_counter() - start
 
 
@@ -94,7 +98,7 @@ def test_second_run_is_a_no_op(quick):
     out, _, first_seconds = quick
     before = {p.name: p.stat().st_mtime_ns for p in out.glob("*.png")}
     start = time.perf_counter()
-    res = reproduce(["--quick", "--out", str(out), "--json", str(out / "second.json")], timeout=120)
+    res = reproduce(["--quick", *ONLY, "--out", str(out), "--json", str(out / "second.json")], timeout=120)
     seconds = time.perf_counter() - start
     assert all(s["status"] == "up-to-date" for s in summary(out / "second.json").values()), res.stdout
     assert {p.name: p.stat().st_mtime_ns for p in out.glob("*.png")} == before
@@ -126,3 +130,21 @@ def test_unknown_step_is_refused(tmp_path):
     res = subprocess.run([sys.executable, "-m", "real.reproduce", "--quick", "--only", "fig9", "--out",
                           str(tmp_path)], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert res.returncode == 2 and "unknown step 'fig9'" in res.stderr, res.stderr
+
+
+def test_dry_run_lists_figures_7_8_and_the_accuracy_table(tmp_path):
+    """Without --only every step is planned, the three training steps included, each with the files it writes."""
+    res = reproduce(["--quick", "--dry-run", "--out", str(tmp_path), "--json", str(tmp_path / "dry.json")], timeout=240)
+    steps = summary(tmp_path / "dry.json")
+    assert list(steps) == [*STEPS, "fig7", "fig8", "accuracy"], res.stdout
+    assert all(s["status"] == "would-run" for s in steps.values())
+    assert steps["fig7"]["units"] == ["fig7_rgcn_mag-like_measured"]
+    assert steps["fig8"]["units"] == ["fig8_mfg_label_aug_products-like_measured"]
+    assert steps["accuracy"]["units"] == ["accuracy"]
+    assert not list(tmp_path.glob("*.png"))  # a dry run runs nothing
+    plan = build_plan(quick=True, profile="icelake-hdr200")
+    assert set(unit_outputs("accuracy", plan["accuracy"]["accuracy"])) == {"accuracy.md", "accuracy.csv",
+                                                                           "accuracy_summary.csv"}
+    fig8 = "fig8_mfg_label_aug_products-like_measured"
+    assert set(unit_outputs(fig8, plan["fig8"][fig8])) == {f"{fig8}.png", f"{fig8}_curves.csv", f"{fig8}_rates.csv"}
+    assert select_steps("fig7,accuracy") == ["fig7", "accuracy"]

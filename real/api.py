@@ -1,0 +1,266 @@
+"""The Python API: train on N local workers, or as this rank under torchrun, with the configs the CLI builds.
+
+:func:`run` is what ``sarlab train`` does, callable from a script, a notebook cell or a torchrun process; it
+returns the metric records as a DataFrame with the trained weights. :func:`gradients` is one training
+forward/backward (what ``sarlab verify`` checks): the loss, the parameter gradients and every node's logits,
+for comparing a distributed model with a single-process reference. Both take a built-in model
+(:class:`~sarlab.nn.model.ModelConfig` or its name) or the user's own (``model_fn``, see
+:mod:`real.custom_model`).
+
+Locally, the workers are the launcher's processes (:func:`real.launcher.launch`): a script needs no
+``if __name__ == "__main__"`` guard and a model defined in ``__main__`` or a notebook reaches them by value.
+Under torchrun (``RANK``, ``WORLD_SIZE`` and ``MASTER_ADDR`` set) the call runs this rank in-process, on a
+partition directory with ``WORLD_SIZE`` parts, and returns every rank's records; the weights and predictions
+come back on rank 0 (they are the same on every rank) and are None elsewhere.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from sarlab import checkpoint
+from sarlab.config import EngineConfig, SamplingConfig
+from sarlab.graphs import Graph
+from sarlab.nn.model import GNN, ModelConfig
+from sarlab.partition import is_partition_dir, load_manifest, partition, report
+from sarlab.train import DTYPES, TrainConfig
+from sarlab.validate_data import InputError, check_int
+
+from . import custom_model
+from .jobs import Fault, Job
+from .launcher import launch, preflight
+from .netspec import NetSpec
+from .options import prepare_partition, progress
+from .worker import run_from_env
+
+
+@dataclass
+class RunResult:
+    """What :func:`run` returns.
+
+    Args:
+        records: one row per (rank, epoch), the columns of :data:`sarlab.records.RECORD_COLUMNS` and more.
+        state: the trained model's ``state_dict`` (rank 0's; every rank holds the same).
+        model: a fresh model (built-in or ``model_fn``'s) with ``state`` loaded, in eval mode.
+        predictions: with ``predict=True``, every node's eval-mode logits, row ``i`` = original node ``i``.
+    """
+
+    records: pd.DataFrame
+    state: dict | None
+    model: nn.Module | None
+    predictions: torch.Tensor | None = None
+
+
+@dataclass
+class GradientResult:
+    """What :func:`gradients` returns (one training forward/backward at the initial weights, dropout on).
+
+    Args:
+        loss: the global loss (cross-entropy summed over every worker's training nodes / their count).
+        grads: gradient of ``loss`` per parameter name (all-reduced: the whole graph's).
+        logits: every node's training-mode logits, row ``i`` = original node ``i``.
+        init: the initial ``state_dict`` the gradients were taken at.
+        bytes_sent: bytes each rank sent.
+    """
+
+    loss: float
+    grads: dict
+    logits: torch.Tensor
+    init: dict
+    bytes_sent: list
+
+
+def under_torchrun() -> bool:
+    """True in a process that torchrun (or another env:// launcher) started."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))
+
+
+def _model_config(model: ModelConfig | str) -> ModelConfig:
+    if isinstance(model, ModelConfig):
+        return model
+    if isinstance(model, str):
+        return ModelConfig(model=model)
+    raise InputError(f"model must be a ModelConfig or a model name, got {type(model).__name__}")
+
+
+def _world(workers: int | None) -> int:
+    """The number of ranks: ``workers`` (default 2), or under torchrun its world size (``workers`` must agree)."""
+    if under_torchrun():
+        world = int(os.environ["WORLD_SIZE"])
+        if workers not in (None, world):
+            raise InputError(f"workers={workers}, but torchrun started {world} processes: drop workers or match it")
+        return world
+    workers = 2 if workers is None else workers
+    check_int("workers", workers, 1)
+    return workers
+
+
+def _partition(graph: str | Graph, world: int, method: str, seed: int, partition_dir: str | None,
+               force: bool, log) -> tuple[str, str | None]:
+    """A partition directory of ``graph`` (a spec, a partition directory or a :class:`Graph`) into ``world``
+    parts; returns (directory, temporary directory to delete afterwards or None)."""
+    if under_torchrun() and not (isinstance(graph, str) and is_partition_dir(graph)):
+        raise InputError("under torchrun every rank must load the same partition: give a partition directory with "
+                         "WORLD_SIZE parts (from `sarlab partition`), not a graph spec or a Graph")
+    if isinstance(graph, Graph):
+        tmp = None
+        out_dir = partition_dir
+        if out_dir is None:
+            tmp = tempfile.mkdtemp(prefix="sarlab-parts-")
+            out_dir = os.path.join(tmp, "parts")
+        log(report(partition(graph, world, out_dir, method=method, seed=seed, source=graph.name, progress=log,
+                             force=force)))
+        return out_dir, tmp
+    if not isinstance(graph, str):
+        raise InputError(f"graph must be a spec string, a partition directory or a sarlab Graph, "
+                         f"got {type(graph).__name__}")
+    if os.path.isdir(graph) and not is_partition_dir(graph):
+        raise InputError(f"{graph!r} is a directory without manifest.json; not a partition directory")
+    pdir, tmp = prepare_partition(graph, world, method, seed, partition_dir, force)
+    parts = load_manifest(pdir)["num_parts"]
+    if under_torchrun() and parts != world:  # (a local launch says so with the launcher's own message)
+        raise InputError(f"the partition {pdir!r} has {parts} parts but torchrun started {world} processes")
+    return pdir, tmp
+
+
+def _check_model_fn(model_fn: Callable, manifest: dict, cfg: ModelConfig, train: TrainConfig):
+    """Build the user's model once here (clear errors before any worker starts); returns its ``cfg``."""
+    in_dim = manifest["feature_dim"] + (manifest["num_classes"] if train.label_aug else 0)
+    module = custom_model.build(model_fn, in_dim, manifest["num_classes"], cfg.seed, train.dtype)
+    return custom_model.config_of(module, cfg.seed)
+
+
+def _execute(job: Job, world: int, port: int, net: NetSpec, run_timeout_s: float | None, log) -> list:
+    """Run ``job``: launched on ``world`` local processes, or as this torchrun rank; the launcher's result."""
+    if under_torchrun():
+        if net.emulated:
+            raise InputError("an emulated network is built by a local launch; under torchrun the ranks use the "
+                             "network torchrun was given (use net='loopback')")
+        gathered = run_from_env(job, None)
+        return [rec for recs in gathered for rec in recs] if job.kind == "train" else gathered
+    return launch(job, world, port=port, net=net, log=log, run_timeout_s=run_timeout_s)
+
+
+def run(graph: str | Graph, *, workers: int | None = None, model: ModelConfig | str = "sage",
+        model_fn: Callable | None = None, train: TrainConfig | None = None, engine: EngineConfig | None = None,
+        sampling: SamplingConfig | None = None, net: str | NetSpec = "loopback", predict: bool = False,
+        method: str = "metis", partition_dir: str | None = None, force: bool = False, backend: str = "gloo",
+        timeout_s: float = 60.0, run_timeout_s: float | None = None, threads: int = 0, port: int = 0,
+        memory: str = "live", label: str = "", quiet: bool = True, fault: Fault | None = None,
+        checkpoint_dir: str | None = None, checkpoint_every: int = 0, resume_dir: str | None = None,
+        save_model: str | None = None, predict_path: str | None = None,
+        on_partition: Callable[[str], None] | None = None, log: Callable[[str], None] = progress) -> RunResult:
+    """Train a model on ``graph`` across ``workers`` processes; the Python form of ``sarlab train``.
+
+    Args:
+        graph: graph spec (``npz:PATH``, ``synthetic:...``, ``ogb:...``), partition directory, or a
+            :class:`~sarlab.graphs.Graph`; partitioned into ``workers`` parts with ``method`` and ``model.seed``.
+        workers: local worker processes (default 2; under torchrun: its world size).
+        model: built-in architecture (or just its name); with ``model_fn`` only its ``seed`` is used.
+        model_fn: the user's model (see :mod:`real.custom_model`); built on every rank with ``model.seed``.
+        train, engine, sampling: optimisation, aggregation mode, mini-batch sampling (None: full-batch).
+        net: ``loopback`` or an emulated network spec (``veth:rate=...``, needs root).
+        predict: return every node's final eval-mode logits.
+        partition_dir: keep the partition here (default: a temporary directory, deleted afterwards).
+        force: replace an existing sarlab partition / model / predictions file of the same kind.
+        backend, timeout_s, threads, port, memory: as ``sarlab train``'s ``--backend --timeout --threads --port
+            --memory``; ``run_timeout_s`` bounds the whole run.
+        label, quiet, fault: free text in every record; no per-epoch progress; an injected failure (tests).
+        checkpoint_dir, checkpoint_every, resume_dir, save_model, predict_path: as ``--checkpoint
+            --checkpoint-every --resume --save-model --predict`` (files written by rank 0).
+        on_partition: called with the partition directory before any worker starts (the CLI checks dimensions).
+        log: where progress lines go (default: stderr).
+    """
+    cfg = _model_config(model)
+    train = train or TrainConfig()
+    engine = engine or EngineConfig()
+    net = NetSpec.parse(net)
+    world = _world(workers)
+    blob = custom_model.pack(model_fn) if model_fn is not None else None
+    if not under_torchrun():
+        preflight(world, net, fault, timeout_s)  # before anything is partitioned or built
+    if checkpoint_dir:
+        checkpoint.check_checkpoint_dir(checkpoint_dir, force=force, resume_from=resume_dir)
+    for path, kind in ((save_model, "model"), (predict_path, "predictions")):
+        if path:
+            checkpoint.check_target(path, kind, force)
+    pdir, tmp = _partition(graph, world, method, cfg.seed, partition_dir, force, log)
+    outdir = tempfile.mkdtemp(prefix="sarlab-run-")
+    try:
+        manifest = load_manifest(pdir)
+        if on_partition is not None:
+            on_partition(pdir)
+        fingerprint_cfg = _check_model_fn(model_fn, manifest, cfg, train) if model_fn is not None else cfg
+        if resume_dir:
+            checkpoint.check_compatible(checkpoint.load_checkpoint(resume_dir), fingerprint_cfg, train.dtype,
+                                        checkpoint.graph_facts(manifest), epochs=train.epochs)
+        state_path = save_model or os.path.join(outdir, "model.pt")
+        pred_path = predict_path or (os.path.join(outdir, "predictions.pt") if predict else None)
+        job = Job("train", pdir, cfg, train, engine, backend=backend, timeout_s=timeout_s, threads=threads,
+                  fault=fault, quiet=quiet, label=label, checkpoint_dir=checkpoint_dir,
+                  checkpoint_every=checkpoint_every, resume_dir=resume_dir, save_model=state_path,
+                  predict=pred_path, force=force, memory=memory, sampling=sampling, model_factory=blob)
+        records = pd.DataFrame(_execute(job, world, port, net, run_timeout_s, log))
+        if not os.path.exists(state_path):  # a torchrun rank other than 0: rank 0 wrote its own files
+            return RunResult(records, None, None, None)
+        state = torch.load(state_path, map_location="cpu", weights_only=True)["state"]
+        in_dim = manifest["feature_dim"] + (manifest["num_classes"] if train.label_aug else 0)
+        if model_fn is not None:
+            fresh = custom_model.build(model_fn, in_dim, manifest["num_classes"], cfg.seed, train.dtype)
+        else:
+            fresh = GNN(cfg, in_dim, manifest["num_classes"], num_relations=manifest.get("num_relations", 1))
+            fresh = fresh.to(DTYPES[train.dtype])
+        fresh.load_state_dict(state)
+        predictions = None
+        if pred_path and pred_path.endswith(".pt"):
+            predictions = torch.load(pred_path, map_location="cpu", weights_only=True)["outputs"]
+        elif pred_path:
+            with np.load(pred_path, allow_pickle=False) as arrays:
+                predictions = torch.from_numpy(arrays["outputs"])
+        return RunResult(records, state, fresh.eval(), predictions)
+    finally:
+        shutil.rmtree(outdir, ignore_errors=True)
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def gradients(graph: str | Graph, *, workers: int | None = None, model: ModelConfig | str = "sage",
+              model_fn: Callable | None = None, engine: EngineConfig | None = None, dtype: str = "float64",
+              method: str = "metis", partition_dir: str | None = None, force: bool = False,
+              backend: str = "gloo", timeout_s: float = 60.0, run_timeout_s: float | None = None, threads: int = 0,
+              port: int = 0, log: Callable[[str], None] = progress) -> GradientResult:
+    """One distributed training forward/backward at the initial weights: loss, gradients and logits.
+
+    Args: as :func:`run`; ``dtype`` is that of parameters and activations (float64 for exact comparisons).
+    """
+    cfg = _model_config(model)
+    train = TrainConfig(dtype=dtype)
+    world = _world(workers)
+    blob = custom_model.pack(model_fn) if model_fn is not None else None
+    if not under_torchrun():
+        preflight(world, None, None, timeout_s)
+    pdir, tmp = _partition(graph, world, method, cfg.seed, partition_dir, force, log)
+    try:
+        manifest = load_manifest(pdir)
+        if model_fn is not None:
+            _check_model_fn(model_fn, manifest, cfg, train)
+        job = Job("verify", pdir, cfg, train, engine or EngineConfig(), backend=backend, timeout_s=timeout_s,
+                  threads=threads, quiet=True, model_factory=blob)
+        ranks = [variants[0] for variants in _execute(job, world, port, NetSpec(), run_timeout_s, log)]
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+    first = ranks[0]
+    logits = torch.zeros(manifest["num_nodes"], first["logits"].shape[1], dtype=first["logits"].dtype)
+    for r in ranks:
+        logits[r["orig_ids"]] = r["logits"]
+    return GradientResult(loss=float(first["loss"]), grads=first["grads"], logits=logits, init=first["init"],
+                          bytes_sent=[int(r["bytes_sent"]) for r in ranks])
