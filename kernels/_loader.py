@@ -134,6 +134,18 @@ def extension_error() -> BaseException | None:
     return _ext_error
 
 
+def cpp_extension(backend: str | None = None) -> ModuleType | None:
+    """The loaded extension when ``backend`` resolves to cpp (see :func:`resolve`), else None (run the torch code).
+
+    Args:
+        backend: 'cpp', 'torch', 'auto' or None.
+    """
+    if resolve(backend) != "cpp":
+        return None
+    assert _ext is not None  # resolve() gives cpp only once the extension is loaded
+    return _ext
+
+
 def resolve(backend: str | None = None) -> str:
     """Backend to use: the argument, else ``$SARLAB_KERNELS`` (cpp|torch|auto, default auto).
 

@@ -40,9 +40,8 @@ def csr_transpose(rowptr: Tensor, col: Tensor, num_src: int, backend: str | None
         backend: 'cpp', 'torch' or None.
     """
     check_csr(rowptr, col, num_src)
-    if _loader.resolve(backend) == "cpp":
-        extension = _loader.extension()
-        assert extension is not None
+    extension = _loader.cpp_extension(backend)
+    if extension is not None:
         t_rowptr, t_row = extension.csr_transpose(rowptr.contiguous(), col.contiguous(), int(num_src))
         return t_rowptr, t_row
     return _torch.csr_transpose(rowptr, col, num_src)

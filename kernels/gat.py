@@ -104,9 +104,8 @@ def gat_forward_shard(
         if not inplace:
             m, l, acc = m.clone(memory_format=torch.contiguous_format), l.clone(), acc.clone()
     args = (rowptr, col, s_dst.contiguous(), s_src.contiguous(), z_src.contiguous(), float(negative_slope))
-    if _loader.resolve(backend) == "cpp":
-        extension = _loader.extension()
-        assert extension is not None
+    extension = _loader.cpp_extension(backend)
+    if extension is not None:
         extension.gat_forward_shard(*args, m, l, acc)
     else:
         _torch.gat_forward_shard(*args, m, l, acc)
@@ -142,6 +141,7 @@ def gat_backward_shard(
     delta: Tensor,
     backend: str | None = None,
     transpose: Transpose | None = None,
+    out: tuple[Tensor, Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Gradients of one shard wrt s_dst, s_src and z_src, recomputing attention on the fly.
 
@@ -163,6 +163,8 @@ def gat_backward_shard(
         delta: [Nd,H] sum over channels of grad_out * out.
         backend: 'cpp', 'torch' or None.
         transpose: optional precomputed :func:`csr_transpose` of this shard (reused across calls).
+        out: optional accumulators of shapes [Nd,H], [Ns,H], [Ns,H,C] (dtype of z_src): the gradients are
+            added into them in place and they are returned (for callers streaming a shard in pieces).
     """
     _check_inputs(rowptr, col, s_dst, s_src, z_src)
     num_dst = rowptr.numel() - 1
@@ -177,11 +179,15 @@ def gat_backward_shard(
             raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
         if t.dtype != z_src.dtype:
             raise TypeError(f"{name} must have the dtype of z_src ({z_src.dtype})")
+    if out is not None:
+        for name, t, shape in zip(("out[0]", "out[1]", "out[2]"), out,
+                                  ((num_dst, heads), (num_src, heads), (num_src, heads, channels))):
+            if tuple(t.shape) != shape or t.dtype != z_src.dtype:
+                raise ValueError(f"{name} must be a {z_src.dtype} accumulator of shape {shape}")
     dense = [t.contiguous() for t in (s_dst, s_src, z_src)]
     state = [t.contiguous() for t in (m, l, grad_out, delta)]
-    if _loader.resolve(backend) == "cpp":
-        extension = _loader.extension()
-        assert extension is not None
+    extension = _loader.cpp_extension(backend)
+    if extension is not None:
         if transpose is None:
             transpose = extension.csr_transpose(rowptr, col, num_src)
         else:
@@ -190,5 +196,7 @@ def gat_backward_shard(
         if t_rowptr.numel() != num_src + 1 or t_row.numel() != col.numel():
             raise ValueError("transpose does not match this shard; build it with csr_transpose(rowptr, col, Ns)")
         grads = extension.gat_backward_shard(rowptr, col, t_rowptr, t_row, *dense, float(negative_slope), *state)
-        return grads[0], grads[1], grads[2]
-    return _torch.gat_backward_shard(rowptr, col, *dense, float(negative_slope), *state)
+        if out is None:
+            return grads[0], grads[1], grads[2]
+        return tuple(acc.add_(grad) for acc, grad in zip(out, grads))
+    return _torch.gat_backward_shard(rowptr, col, *dense, float(negative_slope), *state, out=out)

@@ -74,9 +74,8 @@ def csr_max_shard(
             raise ValueError("inplace=True needs contiguous state tensors")
         if not inplace:
             best, count = best.clone(memory_format=torch.contiguous_format), count.clone()
-    if _loader.resolve(backend) == "cpp":
-        extension = _loader.extension()
-        assert extension is not None
+    extension = _loader.cpp_extension(backend)
+    if extension is not None:
         extension.csr_max_shard(rowptr, col, x_src.contiguous(), best, count)
     else:
         _torch.csr_max_shard(rowptr, col, x_src, best, count)
@@ -110,9 +109,8 @@ def csr_max_backward(
         raise ValueError("best, count and grad_out must all be [Nd,F]")
     if count.dtype != COUNT_DTYPE:
         raise TypeError(f"count must be int32 (as csr_max_shard returns it), got {count.dtype}")
-    if _loader.resolve(backend) == "cpp":
-        extension = _loader.extension()
-        assert extension is not None
+    extension = _loader.cpp_extension(backend)
+    if extension is not None:
         if transpose is None:
             transpose = csr_transpose(rowptr, col, x_src.shape[0], backend="cpp")
         elif transpose[0].numel() != x_src.shape[0] + 1 or transpose[1].numel() != col.numel():

@@ -9,21 +9,11 @@ results do not depend on the thread count or the run; the torch backend is ``tor
 """
 from __future__ import annotations
 
-import warnings
-
 import torch
 from torch import Tensor
 
 from . import _loader
-
-
-def _torch_spmm(rowptr: Tensor, col: Tensor, x: Tensor, out: Tensor, accumulate: bool) -> None:
-    """``out (+)= A x`` through ``torch.sparse`` (a CSR of ones; out and x are 2-D)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "sparse CSR support is in beta"
-        ones = torch.ones(col.numel(), dtype=x.dtype)
-        mat = torch.sparse_csr_tensor(rowptr, col, ones, size=(out.shape[0], x.shape[0]))
-        out.addmm_(mat, x, beta=1 if accumulate else 0)
+from . import torch_backend as _torch
 
 
 def spmm_csr(rowptr: Tensor, col: Tensor, x: Tensor, out: Tensor | None = None, accumulate: bool = True,
@@ -50,10 +40,9 @@ def spmm_csr(rowptr: Tensor, col: Tensor, x: Tensor, out: Tensor | None = None, 
     if out.dtype != x.dtype:
         raise ValueError(f"spmm_csr: out is {out.dtype} but x is {x.dtype}; pass tensors of the same dtype")
     flat, acc = x.reshape(x.shape[0], -1).contiguous(), out.view(rows, -1)
-    if _loader.resolve(backend) == "cpp":
-        extension = _loader.extension()
-        assert extension is not None
+    extension = _loader.cpp_extension(backend)
+    if extension is not None:
         extension.spmm_csr(rowptr, col, flat, acc, accumulate)
     else:
-        _torch_spmm(rowptr, col, flat, acc, accumulate)
+        _torch.spmm_csr(rowptr, col, flat, acc, accumulate)
     return out

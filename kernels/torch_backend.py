@@ -6,6 +6,8 @@ the fallback when no compiler is available, not the fast path.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import Tensor
 
@@ -36,6 +38,20 @@ def csr_transpose(rowptr: Tensor, col: Tensor, num_src: int) -> tuple[Tensor, Te
     return t_rowptr, row[order]
 
 
+def spmm_csr(rowptr: Tensor, col: Tensor, x: Tensor, out: Tensor, accumulate: bool) -> None:
+    """``out (+)= A x`` for the 0/1 CSR ``(rowptr, col)`` through ``torch.sparse`` ``addmm`` (out, x 2-D).
+
+    Args:
+        rowptr, col: the shard as a CSR over output rows; x: [Ns,F]; out: [R,F], updated in place.
+        accumulate: add into out (else overwrite it).
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "sparse CSR support is in beta"
+        ones = torch.ones(col.numel(), dtype=x.dtype)
+        mat = torch.sparse_csr_tensor(rowptr, col, ones, size=(out.shape[0], x.shape[0]))
+        out.addmm_(mat, x, beta=1 if accumulate else 0)
+
+
 def _logits(row: Tensor, col: Tensor, s_dst: Tensor, s_src: Tensor, slope: float) -> tuple[Tensor, Tensor]:
     pre = s_dst[row] + s_src[col]
     return pre, torch.nn.functional.leaky_relu(pre, slope)
@@ -52,17 +68,12 @@ def gat_forward_shard(
     l: Tensor,
     acc: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Update the online-softmax state (m, l, acc) in place with the edges of one shard.
-
-    .. math::
-        m' = \\max(m, \\max_j e_{ij}),\\quad l' = l e^{m-m'} + \\sum_j e^{e_{ij}-m'},\\quad
-        acc' = acc\\, e^{m-m'} + \\sum_j e^{e_{ij}-m'} z_j
+    """Torch version of :func:`kernels.gat.gat_forward_shard` (the math is there): updates the online-softmax
+    state (m, l, acc) in place with the edges of one shard and returns it.
 
     Args:
-        rowptr, col: the shard as a CSR over destination rows.
-        s_dst, s_src, z_src: [Nd,H], [Ns,H], [Ns,H,C].
-        negative_slope: LeakyReLU slope.
-        m, l, acc: running state, [Nd,H], [Nd,H], [Nd,H,C]; updated in place and returned.
+        rowptr, col, s_dst, s_src, z_src, negative_slope: as in :func:`kernels.gat.gat_forward_shard`.
+        m, l, acc: running state, [Nd,H], [Nd,H], [Nd,H,C].
     """
     row = csr_rows(rowptr)
     _, e = _logits(row, col, s_dst, s_src, negative_slope)
@@ -90,22 +101,16 @@ def gat_backward_shard(
     l: Tensor,
     grad_out: Tensor,
     delta: Tensor,
+    out: tuple[Tensor, Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Gradients of one shard given the final softmax state.
-
-    .. math::
-        \\alpha_{ij} = e^{e_{ij}-m_i}/l_i,\\quad dz_j = \\sum_i \\alpha_{ij} g_i,\\quad
-        de_{ij} = \\alpha_{ij}(g_i\\cdot z_j - \\delta_i),\\quad
-        ds_{dst,i} = \\sum_j de_{ij}\\,\\mathrm{lrelu}'(p_{ij}),\\quad
-        ds_{src,j} = \\sum_i de_{ij}\\,\\mathrm{lrelu}'(p_{ij})
+    """Torch version of :func:`kernels.gat.gat_backward_shard` (the math is there): one shard's gradients wrt
+    s_dst, s_src and z_src given the final softmax state.
 
     Args:
-        rowptr, col: the shard as a CSR over destination rows.
-        s_dst, s_src, z_src: [Nd,H], [Ns,H], [Ns,H,C].
-        negative_slope: LeakyReLU slope.
-        m, l: final state over all shards, [Nd,H].
-        grad_out: [Nd,H,C] gradient of the output.
-        delta: [Nd,H], sum over C of grad_out * out.
+        rowptr, col, s_dst, s_src, z_src, negative_slope, m, l, grad_out, delta: as in
+            :func:`kernels.gat.gat_backward_shard`.
+        out: optional accumulators ([Nd,H], [Ns,H], [Ns,H,C]) the gradients are added into in place and
+            returned, so that a caller streaming chunks of one shard allocates no full-size zeros per chunk.
     """
     row = csr_rows(rowptr)
     pre, e = _logits(row, col, s_dst, s_src, negative_slope)
@@ -114,9 +119,12 @@ def gat_backward_shard(
     z_col = z_src[col]
     de = alpha * ((g_row * z_col).sum(-1) - delta[row])
     dpre = torch.where(pre > 0, de, de * negative_slope)
-    grad_s_dst = torch.zeros_like(s_dst).index_add_(0, row, dpre)
-    grad_s_src = torch.zeros_like(s_src).index_add_(0, col, dpre)
-    grad_z = torch.zeros_like(z_src).index_add_(0, col, alpha[..., None] * g_row)
+    if out is None:
+        out = torch.zeros_like(s_dst), torch.zeros_like(s_src), torch.zeros_like(z_src)
+    grad_s_dst, grad_s_src, grad_z = out
+    grad_s_dst.index_add_(0, row, dpre)
+    grad_s_src.index_add_(0, col, dpre)
+    grad_z.index_add_(0, col, alpha[..., None] * g_row)
     return grad_s_dst, grad_s_src, grad_z
 
 

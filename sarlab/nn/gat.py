@@ -126,17 +126,14 @@ class AttentionAggregation:
                 shard.rowptr, shard.src, s_dst, s_src, z_src, self.slope, m, l, grad_out, delta, backend=backend,
                 transpose=transpose)
         else:
-            g_s_dst = torch.empty_like(s_dst)
-            g_s_src, g_z = torch.zeros_like(s_src), torch.zeros_like(z_src)
+            # every chunk adds into one set of accumulators (its destination rows' slice of g_s_dst)
+            g_s_dst, g_s_src, g_z = torch.zeros_like(s_dst), torch.zeros_like(s_src), torch.zeros_like(z_src)
             for first, end in _row_chunks(shard.rowptr, UNFUSED_CHUNK_EDGES):
                 edge_first, edge_end = int(shard.rowptr[first]), int(shard.rowptr[end])
-                part = kernels.gat_backward_shard(
+                kernels.gat_backward_shard(
                     shard.rowptr[first:end + 1] - edge_first, shard.src[edge_first:edge_end], s_dst[first:end],
                     s_src, z_src, self.slope, m[first:end], l[first:end], grad_out[first:end], delta[first:end],
-                    backend="torch")
-                g_s_dst[first:end] = part[0]
-                g_s_src += part[1]
-                g_z += part[2]
+                    backend="torch", out=(g_s_dst[first:end], g_s_src, g_z))
         g_dst[:, -self.heads:] = g_s_dst
         return torch.cat([g_z.reshape(g_z.shape[0], -1), g_s_src], 1), g_dst, ()
 
