@@ -27,7 +27,7 @@ from sarlab.records import summarize
 from sarlab.train import TrainConfig
 from simulator import probe
 
-from .figures import plot_engine_bench
+from .figures import md_table, plot_engine_bench
 from .jobs import Job
 from .launcher import launch, preflight
 from .lifecycle import interruptible
@@ -118,13 +118,6 @@ def summary_table(records: pd.DataFrame, warmup: int = 1) -> pd.DataFrame:
                   "peak_mem_bytes", "loss"]]
 
 
-def _md_table(df: pd.DataFrame) -> str:
-    head = "| " + " | ".join(str(c) for c in df.columns) + " |"
-    rule = "|" + "---|" * len(df.columns)
-    rows = ["| " + " | ".join(str(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join([head, rule, *rows])
-
-
 def write_markdown(summary: pd.DataFrame, rat: pd.DataFrame, path: str, title: str, command: str) -> None:
     """The summary and ratio tables as Markdown, with how they were produced."""
     s = summary.copy()
@@ -137,9 +130,9 @@ def write_markdown(summary: pd.DataFrame, rat: pd.DataFrame, path: str, title: s
              "Epoch time: median over epochs after the first of the slowest rank; peak: max over ranks and those "
              "epochs of the peak minus the post-setup baseline (method in the records' `mem_method`: live tensor "
              "bytes, or VmHWM minus the RSS).", "",
-             _md_table(s[cols].sort_values(["label", "workers", "mode"]))]
+             md_table(s[cols].sort_values(["label", "workers", "mode"]))]
     if len(rat):
-        lines += ["", "Ratios measured side by side in this run:", "", _md_table(rat.round(3))]
+        lines += ["", "Ratios measured side by side in this run:", "", md_table(rat.round(3))]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 

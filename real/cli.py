@@ -15,7 +15,7 @@ COMMANDS = {
     "partition": ("real.partition_cmd", "main", "partition a graph into parts on disk"),
     "train": ("real.train_cmd", "main", "train on N local workers (or as one rank under torchrun)"),
     "verify": ("real.verify", "main", "compare distributed outputs/gradients with a PyG reference"),
-    "bench": ("real.cli", "bench_main", "benchmarks: `bench engine|kernels|strategies|speed` (see their --help)"),
+    "bench": ("real.cli", "bench_main", "benchmarks: engine, kernels, strategies, speed, network (`sarlab bench`)"),
     "calibrate": ("simulator.cli", "calibrate_main", "measure this machine's cost profile for the simulator"),
     "simulate": ("simulator.cli", "simulate_main", "predict epoch time and peak memory (SimPy model)"),
     "plan": ("real.plan_cmd", "main", "cheapest / fastest / best-value strategy, workers and resource (simulated)"),
@@ -25,7 +25,7 @@ COMMANDS = {
     "demo": ("real.demo", "main", "4 workers, GraphSAGE in sar and oneshot on a built-in graph"),
 }
 BENCHES = {"engine": "real.bench", "kernels": "real.kernel_bench", "strategies": "real.strategies",
-           "speed": "real.engine_speed"}
+           "speed": "real.engine_speed", "network": "real.network_scaling"}
 
 
 def usage() -> str:
@@ -38,7 +38,7 @@ def usage() -> str:
 
 
 def bench_main(argv: list[str]) -> int:
-    """``sarlab bench engine|kernels|strategies|speed ...``."""
+    """``sarlab bench engine|kernels|strategies|speed|network ...``."""
     if not argv or argv[0] not in BENCHES:
         print(f"usage: sarlab bench {{{','.join(BENCHES)}}} [options]  (sarlab bench engine --help)")
         return 0 if argv and argv[0] in ("-h", "--help") else 2

@@ -32,7 +32,8 @@ from sarlab.machine import cpu_model, load_1min, today, usable_cores
 from sarlab.nn.model import ModelConfig
 from sarlab.train import TrainConfig
 
-from .bench import EngineBenchConfig, _md_table, cached_partition
+from .bench import EngineBenchConfig, cached_partition
+from .figures import md_table
 from .jobs import Job
 from .launcher import launch
 
@@ -234,7 +235,7 @@ def write_outputs(runs: pd.DataFrame, cfg: SpeedConfig, out: str, command: str) 
              "over ranks; `rss` (VmHWM, the base's method) and `live` (counting allocator, the new default). "
              "`load`: the 1-minute load before the runs (min-max); wall times under a load above the core count "
              "are not the engines' quiet speed, and interleaving only spreads that load evenly.", "",
-             _md_table(table.round(2)), ""]
+             md_table(table.round(2)), ""]
     with open(os.path.join(out, "engine_speed.md"), "w") as f:
         f.write("\n".join(lines))
     return rat

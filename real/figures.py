@@ -32,6 +32,14 @@ def write_csv(df: pd.DataFrame, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def md_table(df: pd.DataFrame) -> str:
+    """A DataFrame as a Markdown table (cells as ``str`` prints them; round before)."""
+    head = "| " + " | ".join(str(c) for c in df.columns) + " |"
+    rule = "|" + "---|" * len(df.columns)
+    rows = ["| " + " | ".join(str(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join([head, rule, *rows])
+
+
 def epochs_text(epochs: int) -> str:
     """Which epochs the figure's times are from (epoch 0 is warm-up when there are more)."""
     if epochs <= 1:
