@@ -107,7 +107,7 @@ def test_bounded_cache_reuses_blocks_and_stays_under_the_live_high_water(compile
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory):
     """A graph whose workers peak at a few hundred MiB above their baseline, so that what only the rss method
-    sees (code pages and library buffers first touched in epoch 0, ~15 MiB) stays under 5 %."""
+    sees (code pages and library buffers first touched in epoch 0, ~15 MiB) is a small share of the peak."""
     graph = synthetic_graph(nodes=100_000, degree=8, features=64, classes=8, seed=0)
     root = tmp_path_factory.mktemp("memory_measure")
     partition(graph, 2, str(root / "p2"))
@@ -135,6 +135,8 @@ def test_live_and_rss_methods_agree_on_the_peak(compiler, parts, model, mode):
     assert rss_methods == {"rss"} and live_methods == {"live"}
     assert rss == rss_vmhwm  # the rss method's peak is VmHWM
     assert rss > 100 * MiB
-    assert abs(live / rss - 1) <= 0.05, f"live {live / MiB:.1f} MiB vs rss {rss / MiB:.1f} MiB"
+    # rss also sees what is not a tensor (code pages and library buffers first touched in epoch 0, ~15 MiB
+    # measured): the methods agree within 3 % of the peak plus that
+    assert abs(live - rss) <= 0.03 * rss + 16 * MiB, f"live {live / MiB:.1f} MiB vs rss {rss / MiB:.1f} MiB"
     # the block cache keeps the resident set under what it was without it
     assert live_vmhwm <= rss * 1.02, f"VmHWM with the cache {live_vmhwm / MiB:.1f} MiB vs {rss / MiB:.1f} MiB"

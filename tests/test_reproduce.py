@@ -138,7 +138,7 @@ def test_dry_run_lists_figures_7_8_and_the_accuracy_table(tmp_path):
     steps = summary(tmp_path / "dry.json")
     assert list(steps) == [*STEPS, "fig7", "fig8", "accuracy"], res.stdout
     assert all(s["status"] == "would-run" for s in steps.values())
-    assert steps["fig7"]["units"] == ["fig7_rgcn_mag-like_measured"]
+    assert steps["fig7"]["units"] == ["fig7_rgcn_mag-like_measured", "fig7_rgcn_mag-like_simulated"]
     assert steps["fig8"]["units"] == ["fig8_mfg_label_aug_products-like_measured"]
     assert steps["accuracy"]["units"] == ["accuracy"]
     assert not list(tmp_path.glob("*.png"))  # a dry run runs nothing
@@ -147,4 +147,6 @@ def test_dry_run_lists_figures_7_8_and_the_accuracy_table(tmp_path):
                                                                            "accuracy_summary.csv"}
     fig8 = "fig8_mfg_label_aug_products-like_measured"
     assert set(unit_outputs(fig8, plan["fig8"][fig8])) == {f"{fig8}.png", f"{fig8}_curves.csv", f"{fig8}_rates.csv"}
+    sim7 = "fig7_rgcn_mag-like_simulated"
+    assert unit_outputs(sim7, plan["fig7"][sim7]) == {f"{sim7}.png": "simulated", f"{sim7}.csv": "simulated"}
     assert select_steps("fig7,accuracy") == ["fig7", "accuracy"]
