@@ -42,8 +42,8 @@ def summarize_network(records: pd.DataFrame, warmup: int = 2) -> pd.DataFrame:
     rates = {net: NetSpec.parse(net).rate_bps for net in table.net.unique()}
     table["rate_bps"] = table.net.map(rates)
     table["rate"] = table.rate_bps.map(lambda b: format_rate(int(b)) if b else "loopback")
-    table["series"] = table.apply(lambda r: r["mode"] + ("+fused" if r["fused"] and r["label"] == "gat" else ""),
-                                  axis=1)
+    fused = table.fused.astype(bool) & (table.label == "gat") & ~table["mode"].str.contains("fused")
+    table["series"] = table["mode"].where(~fused, table["mode"] + "+fused")
     table["comm_share"] = table.comm_wait_mean_s / table.epoch_time_s
     bound = table.bytes_sent_per_worker / (table.rate_bps / 8)
     table["wire_bound_s"] = bound.where(table.rate_bps > 0)
