@@ -1,11 +1,14 @@
-"""Shared fixtures: small graphs, the Cora file, a CLI runner with a timeout."""
+"""Shared fixtures: small graphs, the Cora file, a CLI runner and a spawned-ranks runner, both with timeouts."""
 from __future__ import annotations
 
+import datetime
 import os
 import subprocess
 import sys
 
 import pytest
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORA = os.path.join(os.path.dirname(ROOT), "shared", "data", "cora.npz")
@@ -34,3 +37,26 @@ def run_cli(args: list[str], timeout: float = 240, env: dict | None = None) -> s
     except subprocess.TimeoutExpired as err:
         pytest.fail(f"`sarlab {' '.join(args)}` did not finish in {timeout}s\nstdout:\n{err.stdout}\n"
                     f"stderr:\n{err.stderr}")
+
+
+def spawn_ranks(target, world: int, args: tuple, out: str, timeout: float = 240) -> None:
+    """Run ``target(rank, world, store_port, *args)`` on ``world`` spawned processes sharing one TCPStore; each
+    rank writes ``{out}.rank{r}.err`` with its traceback on failure. Fails the test with the ranks' tracebacks
+    (or the ones still running after ``timeout`` s, which are killed); nothing is left running."""
+    store = dist.TCPStore("127.0.0.1", 0, world_size=None, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=120))
+    procs = [mp.get_context("spawn").Process(target=target, args=(r, world, store.port, *args)) for r in range(world)]
+    for p in procs:
+        p.start()
+    try:
+        for p in procs:
+            p.join(timeout)
+        errors = [open(f"{out}.rank{r}.err").read() for r in range(world) if os.path.exists(f"{out}.rank{r}.err")]
+        if errors or any(p.exitcode != 0 for p in procs):
+            pytest.fail(f"ranks exited {[p.exitcode for p in procs]} (None: still running after {timeout}s)\n"
+                        + "\n".join(errors))
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(10)

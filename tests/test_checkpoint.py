@@ -8,7 +8,6 @@ launcher/worker, whose --checkpoint/--resume wiring is tested in test_resume_dis
 from __future__ import annotations
 
 import datetime
-import multiprocessing as mp
 import os
 import traceback
 
@@ -16,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
+from conftest import spawn_ranks
 
 from sarlab import checkpoint as ck
 from sarlab.comm import Comm
@@ -235,24 +235,7 @@ def _rank_entry(rank: int, world: int, port: int, pdir: str, plan: dict, out: st
 
 
 def _spawn(pdir: str, world: int, plan: dict, out: str, timeout: float = 240) -> dict:
-    store = dist.TCPStore("127.0.0.1", 0, world_size=None, is_master=True, wait_for_workers=False,
-                          timeout=datetime.timedelta(seconds=120))
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_rank_entry, args=(r, world, store.port, pdir, plan, out)) for r in range(world)]
-    for p in procs:
-        p.start()
-    try:
-        for p in procs:
-            p.join(timeout)
-        errors = [open(f"{out}.rank{r}.err").read() for r in range(world) if os.path.exists(f"{out}.rank{r}.err")]
-        if errors or any(p.exitcode != 0 for p in procs):
-            pytest.fail(f"ranks exited {[p.exitcode for p in procs]} (None: still running after {timeout}s)\n"
-                        + "\n".join(errors))
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join(10)
+    spawn_ranks(_rank_entry, world, (pdir, plan, out), out, timeout)
     return torch.load(out, weights_only=True)
 
 

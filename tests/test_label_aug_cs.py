@@ -5,8 +5,6 @@ from __future__ import annotations
 import datetime
 import json
 import math
-import multiprocessing as mp
-import os
 import traceback
 
 import numpy as np
@@ -14,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import run_cli
+from conftest import run_cli, spawn_ranks
 
 from real.jobs import Job
 from real.launcher import launch
@@ -149,24 +147,7 @@ def _rank_entry(rank: int, world: int, port: int, pdir: str, num_train: int, out
 
 
 def _spawn_cs(pdir: str, world: int, num_train: int, out: str, timeout: float = 300) -> list[dict]:
-    store = dist.TCPStore("127.0.0.1", 0, world_size=None, is_master=True, wait_for_workers=False,
-                          timeout=datetime.timedelta(seconds=120))
-    procs = [mp.get_context("spawn").Process(target=_rank_entry, args=(r, world, store.port, pdir, num_train, out))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    try:
-        for p in procs:
-            p.join(timeout)
-        errors = [open(f"{out}.rank{r}.err").read() for r in range(world) if os.path.exists(f"{out}.rank{r}.err")]
-        if errors or any(p.exitcode != 0 for p in procs):
-            pytest.fail(f"ranks exited {[p.exitcode for p in procs]} (None: still running after {timeout}s)\n"
-                        + "\n".join(errors))
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join(10)
+    spawn_ranks(_rank_entry, world, (pdir, num_train, out), out, timeout)
     return [torch.load(f"{out}.rank{r}.pt", weights_only=True) for r in range(world)]
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import multiprocessing as mp
 import os
 import traceback
 
@@ -16,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import run_cli
+from conftest import run_cli, spawn_ranks
 
 from sarlab.comm import Comm
 from sarlab.config import ALL_NEIGHBOURS, EngineConfig, SamplingConfig, parse_fanouts
@@ -133,24 +132,7 @@ def run_steps(graph, workers: int, cases: list, tmp_path, timeout: float = 300) 
         results = [[_one_step(load_part(pdir, 0), Comm(0, 1), *case) for case in cases]]
     else:
         out = str(tmp_path / f"step{workers}")
-        store = dist.TCPStore("127.0.0.1", 0, world_size=None, is_master=True, wait_for_workers=False,
-                              timeout=datetime.timedelta(seconds=120))
-        procs = [mp.get_context("spawn").Process(target=_rank_entry, args=(r, workers, store.port, pdir, cases, out))
-                 for r in range(workers)]
-        for p in procs:
-            p.start()
-        try:
-            for p in procs:
-                p.join(timeout)
-            errors = [open(f"{out}.rank{r}.err").read() for r in range(workers) if os.path.exists(f"{out}.rank{r}.err")]
-            if errors or any(p.exitcode != 0 for p in procs):
-                pytest.fail(f"ranks exited {[p.exitcode for p in procs]} (None: still running after {timeout}s)\n"
-                            + "\n".join(errors))
-        finally:
-            for p in procs:
-                if p.is_alive():
-                    p.kill()
-                    p.join(10)
+        spawn_ranks(_rank_entry, workers, (pdir, cases, out), out, timeout)
         results = [torch.load(f"{out}.rank{r}.pt", weights_only=True) for r in range(workers)]
     manifest = load_manifest(pdir)
     to_orig = torch.from_numpy(np.concatenate([np.load(os.path.join(pdir, f"part{p}", "orig_ids.npy"))

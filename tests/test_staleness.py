@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import datetime
 import json
-import multiprocessing as mp
-import os
 import traceback
 
 import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import run_cli
+from conftest import run_cli, spawn_ranks
 
 from sarlab.comm import Comm
 from sarlab.config import EngineConfig
@@ -81,24 +79,7 @@ def run_cases(graph, cases: list, tmp_path, timeout: float = 400) -> list[list[d
     pdir = str(tmp_path / "parts")
     partition(graph, WORKERS, pdir)
     out = str(tmp_path / "stale")
-    store = dist.TCPStore("127.0.0.1", 0, world_size=None, is_master=True, wait_for_workers=False,
-                          timeout=datetime.timedelta(seconds=120))
-    procs = [mp.get_context("spawn").Process(target=_rank_entry, args=(r, WORKERS, store.port, pdir, cases, out))
-             for r in range(WORKERS)]
-    for p in procs:
-        p.start()
-    try:
-        for p in procs:
-            p.join(timeout)
-        errors = [open(f"{out}.rank{r}.err").read() for r in range(WORKERS) if os.path.exists(f"{out}.rank{r}.err")]
-        if errors or any(p.exitcode != 0 for p in procs):
-            pytest.fail(f"ranks exited {[p.exitcode for p in procs]} (None: still running after {timeout}s)\n"
-                        + "\n".join(errors))
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join(10)
+    spawn_ranks(_rank_entry, WORKERS, (pdir, cases, out), out, timeout)
     return [torch.load(f"{out}.rank{r}.pt", weights_only=True) for r in range(WORKERS)]
 
 
