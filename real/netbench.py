@@ -13,6 +13,9 @@ Link profile (``--out PATH``, JSON; the simulator reads link parameters from it)
     bandwidth_Bps   payload bytes per second one way (median over repeats)
     bandwidth_bidir_Bps   payload bytes per second per direction, both directions at once (median)
     latency_s       one-way latency of a 4-byte message (median of half round trips)
+    tcp_bandwidth_Bps, tcp_bandwidth_bidir_Bps   the link itself: plain TCP, one connection per direction,
+                    one way and both ways at once (median); gloo's rates above may fall below these when its
+                    protocol stalls a direction (see real/netprobe.py)
     efficiency      bandwidth_Bps / (rate_bps / 8)
     method          how it was measured (text); bytes, repeats: transfer size and count
     samples         every timed sample, seconds, per pattern (see real/netprobe.py)
@@ -100,10 +103,13 @@ def profile(spec: NetSpec, samples: dict[str, list[float]], nbytes: int, repeats
         "bandwidth_bidir_Bps": statistics.median(rates["bidir"]),
         "bandwidth_bidir_send_first_Bps": statistics.median(rates["bidir_send_first"]),
         **({"bandwidth_ring_Bps": statistics.median(rates["ring"])} if "ring" in rates else {}),
+        **({"tcp_bandwidth_Bps": statistics.median(rates["tcp_oneway"]),
+            "tcp_bandwidth_bidir_Bps": statistics.median(rates["tcp_bidir"])} if "tcp_bidir" in rates else {}),
         "latency_s": statistics.median(samples["latency"]),
         "efficiency": bandwidth / spec.bytes_per_s,
         "method": ("gloo send/recv between emulated hosts (one process per host), each transfer timed from barrier to "
-                   "barrier, median over repeats; latency: half the median round trip of a 4-byte ping-pong"),
+                   "barrier, median over repeats; latency: half the median round trip of a 4-byte ping-pong; tcp_*: "
+                   "plain TCP sockets, one connection per direction, timed the same way"),
         "bytes": nbytes, "repeats": repeats, "samples": samples,
         "date": today(), "cpu": cpu_model(), "cores": usable_cores(), "torch": torch.__version__,
     }
@@ -112,9 +118,12 @@ def profile(spec: NetSpec, samples: dict[str, list[float]], nbytes: int, repeats
 def format_profile(p: dict) -> str:
     rate = p["rate_bps"] / 8
     lines = [f"link {p['net']}: configured {rate / 1e6:.2f} MB/s each way"]
-    for key, name in (("bandwidth_Bps", "one way"), ("bandwidth_bidir_Bps", "both ways at once (per direction)"),
-                      ("bandwidth_bidir_send_first_Bps", "both ways, sends posted first"),
-                      ("bandwidth_ring_Bps", "ring (every host sends and receives)")):
+    for key, name in (("tcp_bandwidth_Bps", "TCP, one way"),
+                      ("tcp_bandwidth_bidir_Bps", "TCP, both ways (per direction)"),
+                      ("bandwidth_Bps", "gloo, one way"),
+                      ("bandwidth_bidir_Bps", "gloo, both ways at once (per direction)"),
+                      ("bandwidth_bidir_send_first_Bps", "gloo, both ways, sends posted first"),
+                      ("bandwidth_ring_Bps", "gloo, ring (every host sends and receives)")):
         if key in p:
             lines.append(f"  {name:<38} {p[key] / 1e6:8.2f} MB/s  ({p[key] / rate:6.1%} of the rate)")
     lines.append(f"  {'latency (4 bytes, one way)':<38} {p['latency_s'] * 1e6:8.0f} us")

@@ -9,13 +9,17 @@ process per host). Every sample is timed from a barrier to a barrier, so it cove
   note behind its own outgoing data on the shared connection, and the two directions run one after the other.
 - ``ring`` (3 or more hosts): every rank sends BYTES to the next and receives from the previous (receive first).
 - ``latency``: half the round trip of a 4-byte ping-pong between ranks 0 and 1, one sample per round trip.
+- ``tcp_oneway``, ``tcp_bidir``: the link itself, free of gloo's protocol: plain TCP sockets between ranks 0 and 1,
+  one connection per direction (as ``iperf3 --bidir`` does); ``tcp_bidir`` sends BYTES both ways at once.
 """
 from __future__ import annotations
 
 import datetime
 import json
 import os
+import socket
 import sys
+import threading
 import time
 
 import torch
@@ -38,6 +42,67 @@ def _exchange(send: torch.Tensor, recv: torch.Tensor, to: int, frm: int, recv_fi
     ops = [dist.P2POp(dist.isend, send, to), dist.P2POp(dist.irecv, recv, frm)]
     for work in dist.batch_isend_irecv(ops[::-1] if recv_first else ops):
         work.wait()
+
+
+def _own_address() -> str:
+    """This host's address on the emulated network: the source address of a route to the rendezvous host."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((os.environ["MASTER_ADDR"], 9))
+        return s.getsockname()[0]
+
+
+def _tcp_pair(peer: int) -> tuple[socket.socket, socket.socket]:
+    """(outgoing, incoming) TCP connections to and from rank ``peer``: one per direction."""
+    listener = socket.create_server((_own_address(), 0))
+    where = [None] * dist.get_world_size()
+    dist.all_gather_object(where, listener.getsockname())
+    out = socket.create_connection(where[peer])
+    inc, _ = listener.accept()
+    listener.close()
+    return out, inc
+
+
+def _recv_exactly(sock: socket.socket, buf: memoryview) -> None:
+    got = 0
+    while got < len(buf):
+        n = sock.recv_into(buf[got:])
+        if n == 0:
+            raise ConnectionError("peer closed the connection in the middle of a transfer")
+        got += n
+
+
+def tcp_samples(nbytes: int, repeats: int) -> dict[str, list[float]]:
+    """Seconds per ``tcp_oneway`` and ``tcp_bidir`` sample between ranks 0 and 1 (others only join the barriers)."""
+    rank = dist.get_rank()
+    data, sink = bytearray(nbytes), memoryview(bytearray(nbytes))
+    out = inc = None
+    if rank < 2:
+        out, inc = _tcp_pair(1 - rank)
+    else:
+        dist.all_gather_object([None] * dist.get_world_size(), None)
+
+    def oneway() -> None:
+        if rank == 0:
+            out.sendall(data)
+            _recv_exactly(inc, sink[:1])  # the receiver's acknowledgement: the data has arrived
+        elif rank == 1:
+            _recv_exactly(inc, sink)
+            out.sendall(b"k")
+
+    def bidir() -> None:
+        if rank < 2:
+            sender = threading.Thread(target=out.sendall, args=(data,))
+            sender.start()
+            _recv_exactly(inc, sink)
+            sender.join()
+
+    try:
+        return {"tcp_oneway": [_timed(oneway) for _ in range(repeats)],
+                "tcp_bidir": [_timed(bidir) for _ in range(repeats)]}
+    finally:
+        for s in (out, inc):
+            if s is not None:
+                s.close()
 
 
 def measure(nbytes: int, repeats: int) -> dict[str, list[float]]:
@@ -77,6 +142,7 @@ def measure(nbytes: int, repeats: int) -> dict[str, list[float]]:
             dist.send(ping, 0)
         rounds.append(time.perf_counter() - t0)
     out["latency"] = [t / 2 for t in rounds]
+    out.update(tcp_samples(nbytes, repeats))
     return out
 
 

@@ -230,13 +230,16 @@ def test_leftovers_of_a_dead_launcher_are_removed():
 @needs_network
 @pytest.mark.timeout(300)
 def test_measured_bandwidth_is_the_configured_rate(tmp_path):
-    """One way and both ways at once, each direction carries the link rate (payload ~95 % of the wire rate)."""
+    """One way and both ways at once, each direction of the link carries its rate (payload ~95 % of the wire rate,
+    plain TCP, one connection per direction); gloo one way too. Gloo both ways on its one connection per pair may
+    stall a direction (at worst the two run one after the other) but never exceeds the rate."""
     out = tmp_path / "link.json"
     assert netbench.main(["--net", "veth:rate=80mbit", "--seconds", "1", "--repeats", "3", "--out", str(out)]) == 0
     prof = json.loads(out.read_text())
     rate = 80e6 / 8
-    for key in ("bandwidth_Bps", "bandwidth_bidir_Bps"):
+    for key in ("tcp_bandwidth_Bps", "tcp_bandwidth_bidir_Bps", "bandwidth_Bps"):
         assert 0.90 * rate <= prof[key] <= 1.01 * rate, f"{key} = {prof[key] / 1e6:.2f} MB/s for a 10 MB/s link"
+    assert 0.45 * rate <= prof["bandwidth_bidir_Bps"] <= 1.01 * rate, prof["bandwidth_bidir_Bps"]
     assert prof["schema"] == netbench.SCHEMA and prof["rate_bps"] == 80_000_000 and 0 < prof["latency_s"] < 0.1
     assert not _left_behind(os.getpid())
 
