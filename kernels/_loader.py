@@ -4,10 +4,17 @@ The extension is built for this CPU (``-march=native``) into ``<build_dir>/nativ
 of the CPU model and its feature flags, so a build directory shared by different machines never loads code
 for another CPU; when that build fails it is built without the flag into ``<build_dir>/portable``.
 ``$SARLAB_KERNEL_ARCH_FLAGS`` replaces ``-march=native`` (empty: the portable build only).
+
+Processes building at once take turns on an ``flock`` of ``build.flock`` in the build directory (released by the
+kernel when a process dies). Torch's own marker of a build in progress (a file ``lock`` that its loader waits on
+forever) is then stale whenever it exists: a process killed while compiling left it; it is removed, with a warning,
+instead of hanging every later process.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import platform
@@ -67,21 +74,37 @@ def variant_dir(arch_flags: list[str]) -> Path:
     return build_dir() / f"arch-{flags_key}-{cpu_key()}"
 
 
+@contextlib.contextmanager
+def _build_turn(directory: Path):
+    """Hold this directory's build ``flock``; remove torch's ``lock`` marker a dead builder left behind."""
+    with open(directory / "build.flock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        stale = directory / "lock"
+        if stale.exists():
+            warnings.warn(f"sarlab kernels: removing {stale}, left by a build that did not finish", stacklevel=3)
+            stale.unlink(missing_ok=True)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def _load(arch_flags: list[str], verbose: bool) -> ModuleType:
     global _loaded_from
     from torch.utils.cpp_extension import load
 
     directory = variant_dir(arch_flags)
     directory.mkdir(parents=True, exist_ok=True)
-    module = load(
-        name=EXTENSION_NAME,
-        sources=[str(CSRC_DIR / name) for name in SOURCES],
-        extra_cflags=["-O3", "-fopenmp", *arch_flags] + os.environ.get("SARLAB_KERNEL_EXTRA_CFLAGS", "").split(),
-        extra_ldflags=["-fopenmp"],
-        extra_include_paths=[str(CSRC_DIR)],
-        build_directory=str(directory),
-        verbose=verbose,
-    )
+    with _build_turn(directory):
+        module = load(
+            name=EXTENSION_NAME,
+            sources=[str(CSRC_DIR / name) for name in SOURCES],
+            extra_cflags=["-O3", "-fopenmp", *arch_flags] + os.environ.get("SARLAB_KERNEL_EXTRA_CFLAGS", "").split(),
+            extra_ldflags=["-fopenmp"],
+            extra_include_paths=[str(CSRC_DIR)],
+            build_directory=str(directory),
+            verbose=verbose,
+        )
     _loaded_from = directory
     return module
 
