@@ -88,7 +88,7 @@ def _measure_ops(cal: Calibration, found: Findings, cores: int, steps_total: int
 
 
 def _measure_memory(cal: Calibration, found: Findings) -> tuple[float, dict[str, float], dict[str, float]]:
-    """Step 3: resident bytes per tensor byte, first-use bytes per family, sparse-product temporaries."""
+    """Step 3: resident bytes per tensor byte, first-use bytes per family, sparse-kernel temporaries (a check)."""
     factor = bench_allocator(found)
     first_use: dict[str, float] = {}
     transients: dict[str, float] = {}
@@ -100,13 +100,14 @@ def _measure_memory(cal: Calibration, found: Findings) -> tuple[float, dict[str,
         except (subprocess.SubprocessError, OSError, ValueError, IndexError, KeyError) as err:
             found.notes.append(f"first-use memory not measured ({type(err).__name__}: {err})")
         if not transients:
-            found.notes.append("sparse-product temporaries not measured (VmHWM cannot be reset here)")
+            found.notes.append("sparse-kernel temporaries not measured (VmHWM cannot be reset here)")
     cal.log(
         f"    resident bytes per tensor byte {factor:.3f}; first use (MiB): "
         + ", ".join(f"{k} {v / 2**20:.1f}" for k, v in first_use.items())
     )
     if transients:
-        cal.log("    sparse-product temporaries: " + ", ".join(f"{k} {v:.3g}" for k, v in transients.items()))
+        cal.log("    sparse-kernel temporaries (a check, not priced): "
+                + ", ".join(f"{k} {v:.3g}" for k, v in transients.items()))
     return factor, first_use, transients
 
 

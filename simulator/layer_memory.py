@@ -1,18 +1,28 @@
 """What one layer holds in memory on a worker: tensor sizes by lifetime, per-shard temporaries and caches.
 
-The byte counts follow what the engine's autograd keeps and frees (``sarlab/nn``, ``sarlab/aggregate.py``),
-checked against memray traces of real epochs. Notation as in :mod:`simulator.layers`: ``n`` destination
-rows, ``E`` edges of one shard, ``b`` bytes per element, ``f_i``/``f_o`` input/output widths, ``w`` the
-exchanged row width, ``H`` heads, ``C`` channels per head.
+The byte counts follow what the engine's autograd keeps and frees (``sarlab/nn``, ``sarlab/aggregate.py``)
+and what its kernels allocate on their default path, the C++ extension (``kernels/``): the shard SpMM of sum
+and mean adds into its output in place and allocates nothing else; the running max of SAGE max/pool updates
+its state in place and writes no per-edge tensor, forward or backward; both read a per-shard transpose that the
+shard caches on first use (:func:`shard_cache_bytes`). Each term below names the tensor it stands for.
+Notation as in :mod:`simulator.layers`: ``n`` destination rows, ``E`` edges of one shard, ``b`` bytes per
+element, ``f_i``/``f_o`` input/output widths, ``w`` the exchanged row width, ``H`` heads, ``C`` channels per head.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from simulator import rgcn_layer
 from simulator.layers import LayerPlan
 from simulator.ops import FP64, Number, edge_chunks
+
+#: bytes of one element of the running max's tie count (``kernels.maxagg.COUNT_DTYPE``, int32, whatever the dtype)
+COUNT_BYTES = 4
+#: bytes of one int64 index (row pointers, edge lists, permutations)
+INDEX_BYTES = 8
 
 
 @dataclass(frozen=True)
@@ -25,9 +35,15 @@ class LayerMemory:
             layer input itself).
         exchange_kept: ``pre``'s own autograd keeps the exchanged matrix (SAGE-pool's ReLU output).
         pre_saved: other tensors ``pre`` keeps for backward (GAT's attention scores).
-        agg_state: the aggregation's running state.
-        agg_out: the aggregation output (a new tensor when ``new_out``, else the state itself).
-        new_out: ``finalize`` allocates the output (mean, max, GAT) instead of returning the state (sum).
+        agg_state: the aggregation's running state, booked from ``init``: sum and mean the ``n x w`` zeros the
+            shards are added into; max the running max (``n x w``) and its int32 tie count; GAT ``m``, ``l``,
+            ``acc``. A max aggregation with an autograd record keeps its final state (``ctx.saved``) and its
+            output until its backward, so there the state and the output are booked together here, and freed
+            as ``agg_out`` (``new_out`` False).
+        agg_out: the aggregation output (a new tensor when ``new_out``, else the state itself), freed after
+            the aggregation backward (or, without an autograd record, once nothing reads it).
+        new_out: ``finalize`` allocates the output and frees the state (mean; max without an autograd record;
+            GAT), instead of returning the state (sum) or keeping it (max with a record).
         agg_out_kept: the output is kept for backward even without the aggregation's own autograd record
             (SAGE's ``lin_l`` saves its input).
         post_peak: temporaries of ``post``.
@@ -82,10 +98,15 @@ def layer_memory(plan: LayerPlan, n: int) -> LayerMemory:
         # dies in ``post``, beside x W_root and their sum (the bias is added into conv_out)
         agg_state, new_out, post_peak = n * fo * b, True, 2 * n * fo * b
     elif plan.kind == "sage":
-        if plan.aggr == "pool":
+        if plan.aggr == "pool":  # relu(lin(x)): the exchanged rows, which the max's backward reads
             pre_peak, exchange, exchange_kept = n * fi * b, n * fi * b, True
-        agg_state = (2 if plan.case == 2 else 1) * n * fi * b  # max keeps (best, count)
-        new_out, post_peak = True, 2 * n * fo * b
+        if plan.case == 1:  # mean: zeros the shards are added into; the output is state / degree
+            agg_state, new_out = n * fi * b, True
+        else:  # max: the running max and its int32 tie count (kernels.empty_max_state)
+            agg_state, new_out = n * fi * (b + COUNT_BYTES), True
+            if plan.records:  # ctx.saved keeps (max, count) and save_for_backward the output, until the backward
+                agg_state, new_out = agg_state + n * fi * b, False
+        post_peak = 2 * n * fo * b  # lin_l(agg) and lin_r(x), then their sum (conv_out)
     else:
         hc = plan.heads * plan.channels
         # rows = [z, s_src] (exchanged); z (saved by the score product) and dst_x = [rows, s_dst]
@@ -104,7 +125,7 @@ def layer_memory(plan: LayerPlan, n: int) -> LayerMemory:
         exchange_kept=exchange_kept,
         pre_saved=pre_saved,
         agg_state=agg_state,
-        agg_out=0 if plan.kind == "rgcn" else n * aw * b,
+        agg_out=0 if plan.kind == "rgcn" else agg_state if not new_out else n * aw * b,
         new_out=new_out,
         agg_out_kept=plan.kind == "sage",
         post_peak=post_peak,
@@ -167,9 +188,8 @@ def gradient_levels(plan: LayerPlan, n: int) -> dict[str, int]:
 def shard_transient_bytes(plan: LayerPlan, edges: Number, n: Number, num_src: Number) -> Number:
     """Temporaries of one shard's forward aggregation (freed when the shard is done).
 
-    Sum: none beyond the measured sparse-product temporaries (``addmm_`` into the state). Max: at most two
-    ``E x w`` float tensors and the tie mask (1 byte) live at once (messages, the shard max gathered back
-    per edge or the mask's cast), plus four ``n x w`` tensors (shard max, ties, new best, new count). GAT
+    Sum and mean: none (the C++ shard SpMM adds into the state in place). Max: none (``kernels.csr_max_shard``
+    updates the running max and count in place, reading the rows through the shard's columns). GAT
     through the kernels: the contiguous copies of the strided inputs (``z``, ``s_src`` of the ``num_src``
     rows, ``s_dst``); unfused also, for one chunk of at most :data:`simulator.ops.UNFUSED_CHUNK_EDGES` edges at a time,
     the per-edge logits, weights (``3 E H``), gathered rows and their product (``2 E H C``) and the int64
@@ -187,39 +207,39 @@ def shard_transient_bytes(plan: LayerPlan, edges: Number, n: Number, num_src: Nu
         if plan.fused:
             return copies + 0 * edges
         return copies + edge_chunks(edges)[0] * ((3 * heads + 2 * hc) * b + 8)
-    if plan.case == 1:  # the product is added into the running state in place
-        return 0 * n * w * b + 0 * edges
-    return edges * w * (2 * b + 1) + 4 * n * w * b
+    # sum, mean and max: the kernels write into the state in place
+    return 0 * n * w * b + 0 * edges
 
 def shard_bwd_transient_bytes(plan: LayerPlan, edges: Number, n: Number, num_src: Number) -> Number:
-    """Temporaries of one shard's backward (case 2: the VJP's per-edge tensors and their gradients).
+    """Temporaries of one shard's backward beyond its row gradient (``num_src x w``, which the schedule books as
+    the send buffer of a remote shard and :class:`simulator.pricing.EpochPricing` as the local shard's).
 
-    Max: the rebuilt messages, the weights autograd saves, and at a time two more ``E x w`` floats and
-    two masks (the gathered best/count, the hit mask, then the gradient gather and product), plus two
-    ``n x w`` tensors. GAT through the kernels: the contiguous input copies and the kernel's outputs
+    Sum and mean: none (``A_q^T g`` is the fresh output of the C++ SpMM). Max: none
+    (``kernels.csr_max_backward`` writes only its output, reading the cached CSC). GAT through the kernels:
+    the contiguous input copies and the kernel's outputs
     (``2 num_src (HC + H)`` and ``2 n H``), the VJP's zeroed destination gradient ``n (HC + 2H)`` and
-    ``delta`` (``n H``); unfused also the accumulated source gradients and, per chunk, the recomputed
-    logits and weights (``5 E H``), the gathered output gradients, source rows and their product
-    (``3 E H C``) and the int64 edge destinations.
+    ``delta`` (``n H``). Unfused (the torch kernels, chunked) the kernel's outputs are the accumulators every
+    chunk adds into (``g_z``, ``g_s_src``, ``g_s_dst``), and beside them either one chunk's edge tensors, while
+    the chunks run (the recomputed logits and weights ``5 E H``, the gathered output gradients, source rows and
+    their product ``3 E H C``, the int64 edge destinations), or, at the end, the row gradient ``torch.cat``
+    makes of them (``num_src (HC + H)``), whichever is larger.
     GAT under autograd: beyond the kept graph, which autograd releases node by node, the gradients of
     the per-edge tensors (``2 E H C + 4 E H`` net of what is released, measured with memray) and of
     the running state (``2 n H C``).
     """
-    b, w = plan.bytes_per_element, plan.agg_width_in
+    b = plan.bytes_per_element
     if plan.kind == "rgcn":
         return rgcn_layer.transient_bwd(plan.relation_split(edges, n, num_src), *plan.rgcn_args())
-    if plan.case == 1:
-        return 0 * edges  # the A_q^T g output is the gradient buffer itself, booked separately
-    if plan.kind == "gat":
-        hc, heads = plan.heads * plan.channels, plan.heads
-        if plan.autograd:
-            return edges * (2 * hc + 4 * heads) * b + 2 * n * hc * b + 0 * num_src
-        kernel = (2 * num_src * (hc + heads) + n * (hc + 5 * heads)) * b
-        if plan.fused:
-            return kernel + 0 * edges
-        # chunked: the accumulated source gradients beside each chunk's, and one chunk's edge tensors
-        return kernel + num_src * (hc + heads) * b + edge_chunks(edges)[0] * ((5 * heads + 3 * hc) * b + 8)
-    return edges * w * (4 * b + 2) + 2 * n * w * b
+    if plan.kind != "gat":  # sum, mean, max: the kernel's output is the row gradient itself, booked separately
+        return 0 * edges
+    hc, heads = plan.heads * plan.channels, plan.heads
+    if plan.autograd:
+        return edges * (2 * hc + 4 * heads) * b + 2 * n * hc * b + 0 * num_src
+    kernel = (2 * num_src * (hc + heads) + n * (hc + 5 * heads)) * b
+    if plan.fused:
+        return kernel + 0 * edges
+    chunk = edge_chunks(edges)[0] * ((5 * heads + 3 * hc) * b + 8)
+    return kernel + np.maximum(chunk, num_src * (hc + heads) * b)
 
 def shard_kept_bytes(plan: LayerPlan, edges: Number, n: Number) -> Number:
     """What autograd keeps for one shard until backward (:attr:`LayerPlan.keeps_edge_tensors`), as memray shows
@@ -232,18 +252,33 @@ def shard_kept_bytes(plan: LayerPlan, edges: Number, n: Number) -> Number:
     hc = plan.heads * plan.channels
     return edges * (2 * hc + 2 * plan.heads) * b + n * plan.heads * b
 
-def kernel_cache_bytes(plan: LayerPlan, edges: Number, num_src: Number) -> Number:
-    """Fused GAT: the CSC transpose of a shard its backward kernel builds once and caches (int64)."""
-    if plan.kind != "gat" or not plan.fused:
-        return 0 * edges
-    return edges * 8 + (num_src + 1) * 8
+def cache_kind(plan: LayerPlan) -> str:
+    """The structure the engine caches on every shard for this layer's backward, built in the first epoch and
+    kept (shards are shared by the layers, so one per kind): ``transpose`` for sum and mean
+    (``Shard.transpose_index``, which the C++ ``A^T g`` runs over), ``csc`` for max and fused GAT
+    (``kernels.csr_transpose`` in ``shard.cache``), ``""`` for none (unfused GAT runs the torch kernels, which
+    need none; R-GCN's relation blocks are :func:`simulator.rgcn_layer.cache_bytes`)."""
+    if plan.kind == "rgcn":
+        return ""
+    if plan.case == 1:
+        return "transpose"
+    if plan.kind == "sage" or (plan.kind == "gat" and plan.fused):
+        return "csc"
+    return ""
 
-def csr_cache_bytes(plan: LayerPlan, edges: Number, num_src: Number) -> Number:
-    """Cached CSR matrix and transpose of a linear aggregation over one shard (built in epoch 0, kept).
 
-    Forward matrix values (``b`` per edge, index arrays shared); transpose: column pointers,
-    destinations in source order and the permutation (int64), values.
+def shard_cache_bytes(kind: str, edges: Number, num_src: Number) -> Number:
+    """Bytes of one shard's cached structure of kind ``kind`` (:func:`cache_kind`), ``E`` edges over ``num_src``
+    source rows (int64 throughout).
+
+    .. math::
+        \\text{transpose} = 8 (N_s + 1) + 8 E + 8 E, \\qquad \\text{csc} = 8 (N_s + 1) + 8 E
+
+    (column pointers over the source rows, the destination of every edge in source order, and for
+    ``transpose`` the edge permutation.)
     """
-    if plan.case != 1:
-        return 0 * edges
-    return edges * (2 * plan.bytes_per_element + 16) + (num_src + 1) * 8
+    if kind == "transpose":
+        return INDEX_BYTES * (num_src + 1) + 2 * INDEX_BYTES * edges
+    if kind == "csc":
+        return INDEX_BYTES * (num_src + 1) + INDEX_BYTES * edges
+    return 0 * edges

@@ -8,6 +8,10 @@ A link profile is JSON; the reader takes what it finds and says what it assumed.
 * ``latency_s``: one-way time of a small message; the link's latency ``L`` is that less the per-message gap
   ``g`` of the base profile's intra-host link (the software's part), so a lone small message still takes the
   measured time (``L + g``); ``gap_s`` if given overrides ``g``;
+* ``shaping_cpu_s_per_byte``: CPU seconds the emulated path (veth pairs, bridge, htb qdiscs, in the kernel)
+  costs on the machine's cores per byte a worker sends or receives, beyond loopback (:mod:`simulator.shapebench`);
+  absent: 0. On the emulated network every host's workers compute on those cores, so it is added to the base
+  profile's ``p2p_cpu_s_per_byte`` (background work on the shared cores, :class:`simulator.clock.WorkerClocks`);
 * ``rate_bps`` (the configured wire rate), ``net`` (the spec it measured, e.g. ``veth:rate=200mbit,hosts=2``),
   ``hosts``, ``method``, ``date``, ``cpu``: provenance, and which records a profile applies to.
 
@@ -40,12 +44,14 @@ class LinkProfile:
         rate_bps: configured wire rate (0 = unknown).
         source: path and provenance, for messages.
         assumed: what the reader had to assume (empty when the profile had every field).
+        shaping_cpu_s_per_byte: CPU seconds of the emulated path per byte sent or received (0 = none measured).
     """
 
     link: Link
     rate_bps: int
     source: str
     assumed: tuple[str, ...] = ()
+    shaping_cpu_s_per_byte: float = 0.0
 
 
 def parse_rate(text: str) -> int:
@@ -98,14 +104,16 @@ def read_link_profile(path: str | Path, base: Profile) -> LinkProfile:
         assumed.append("no latency_s: the base profile's intra-host latency")
     where = ", ".join(str(d.get(k, "?")) for k in ("net", "method", "date", "cpu"))
     where = f"{path} ({where})"
-    return LinkProfile(Link(latency, bandwidth, gap), rate, where, tuple(assumed))
+    shaping = float(d.get("shaping_cpu_s_per_byte") or 0.0)
+    return LinkProfile(Link(latency, bandwidth, gap), rate, where, tuple(assumed), shaping)
 
 
 def for_network(profile: Profile, links: list[LinkProfile], net: Any, workers: int) -> tuple[Profile, int | None]:
     """The profile and workers per host of a run on network ``net`` (a spec; see the module docstring).
 
     ``loopback``: the profile as it is (``None``: its placement). ``veth``: the link profile of the same rate
-    (the only one, when one is given without a rate) becomes the inter-host link; ``N / H`` workers per host.
+    (the only one, when one is given without a rate) becomes the inter-host link, its shaping CPU is added to
+    the CPU per point-to-point byte; ``N / H`` workers per host.
     """
     kind, rate, hosts = parse_net(net)
     if kind == "loopback":
@@ -117,4 +125,5 @@ def for_network(profile: Profile, links: list[LinkProfile], net: Any, workers: i
     hosts = hosts or workers
     if workers % hosts:
         raise ValueError(f"{net!r}: {workers} workers do not divide over {hosts} hosts")
-    return replace(profile, inter_host=match[0].link), workers // hosts
+    cpu_per_byte = profile.p2p_cpu_s_per_byte + match[0].shaping_cpu_s_per_byte
+    return replace(profile, inter_host=match[0].link, p2p_cpu_s_per_byte=cpu_per_byte), workers // hosts

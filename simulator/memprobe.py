@@ -1,33 +1,47 @@
 """Resident memory that an op family adds the first time a fresh process runs it (``python -m simulator.memprobe``).
 
-Library code pages (MKL sparse, oneDNN, the kernels extension), allocator arenas and autograd's first-use
-structures appear after the engine measures its baseline (post-setup RSS) and stay, so they show up in
-every epoch's ``peak - baseline``. The probe mimics the engine's setup (one thread, glibc's mmap
-threshold lowered by ``sarlab.memory.tune_malloc``, a gloo all-reduce, a model and its optimizer),
-then runs each family once on a tiny input, forward and backward, and records the RSS growth per family.
-It also measures the temporaries of the sparse CSR products beyond their output
-(:func:`sparse_transients`), which MKL allocates out of sight of the code. Prints one JSON line
+Library code pages (oneDNN, OpenMP's runtime, torch's index kernels), allocator arenas and autograd's
+first-use structures appear after the engine measures its baseline (post-setup RSS) and stay, so they show up
+in every epoch's ``peak - baseline``. The probe mimics the engine's setup (one thread, glibc's mmap
+threshold lowered by ``sarlab.memory.tune_malloc``, the kernels extension loaded, a gloo all-reduce, shards,
+a model and its optimizer), then runs one family once on a tiny input, forward and backward, the way the engine
+runs it (sum and mean: the C++ shard SpMM; max: the C++ running max), and records its RSS growth; each family
+in a fresh interpreter (``--family``), after an autograd step, so that pages families share count for each.
+It also measures what the C++ shard SpMM allocates beyond its output (:func:`kernel_transients`), a check of
+the memory model's claim that it allocates nothing else (expected 0). Prints one JSON line
 ``{"first_use": {...}, "transients": {...}}``.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import socket
-import warnings
+import subprocess
+import sys
+from functools import partial
 
 import torch
 import torch.distributed as dist
 
+import kernels
 from sarlab.memory import peak_bytes, reset_peak, rss_bytes, tune_malloc
 
 
 def _setup() -> None:
-    """The engine worker's state before its baseline: one thread, its malloc settings, a gloo group, a
-    model and its optimizer."""
+    """The engine worker's state before its baseline (``real.worker.run``): one thread, its malloc settings, the
+    kernels extension loaded, a gloo group, shards built as ``sarlab.shards.Shard`` builds them (edges sorted by
+    destination, row pointers from counts), a model and its optimizer."""
     torch.set_num_threads(1)
     tune_malloc(threshold=1 << 17)
+    kernels.backend("auto")
+    n = 2000
+    src, dst = torch.randint(0, n, (8 * n,)), torch.randint(0, n, (8 * n,))
+    order = torch.argsort(dst * n + src)
+    src, dst = src[order].contiguous(), dst[order].contiguous()
+    rowptr = torch.zeros(n + 1, dtype=torch.long)
+    torch.cumsum(torch.bincount(dst, minlength=n), 0, out=rowptr[1:])
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -51,26 +65,37 @@ def _autograd() -> None:
     opt.step()
 
 
+def _shard(n: int, deg: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A CSR shard of ``n`` rows and ``deg`` random in-edges each: (rowptr, col), int64."""
+    col = torch.randint(0, n, (n * deg,)).view(n, deg).sort(1).values.reshape(-1)
+    return torch.arange(0, n * deg + 1, deg), col
+
+
+def _transpose(rowptr: torch.Tensor, col: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(column pointers, destinations in source order), as ``Shard.transpose_index`` builds them."""
+    dst = torch.repeat_interleave(torch.arange(n), rowptr.diff())
+    perm = torch.argsort(col * n + dst)
+    colptr = torch.zeros(n + 1, dtype=torch.long)
+    torch.cumsum(torch.bincount(col, minlength=n), 0, out=colptr[1:])
+    return colptr, dst[perm].contiguous()
+
+
 def _spmm() -> None:
     n, deg = 2000, 8
-    col = torch.randint(0, n, (n * deg,))
-    rowptr = torch.arange(0, n * deg + 1, deg)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        a = torch.sparse_csr_tensor(rowptr, col, torch.ones(n * deg), size=(n, n))
-        x = torch.randn(n, 16)
-        torch.sparse.addmm(torch.zeros(n, 16), a, x)
-        a.t().to_sparse_csr() @ x
+    rowptr, col = _shard(n, deg)
+    x, state = torch.randn(n, 16), torch.zeros(n, 16)
+    kernels.spmm_csr(rowptr, col, x, out=state, backend="cpp")  # forward: added into the state in place
+    colptr, rows = _transpose(rowptr, col, n)
+    kernels.spmm_csr(colptr, rows, x, backend="cpp")  # backward: A^T g, a fresh output
 
 
 def _max_aggr() -> None:
     n, deg, f = 2000, 8, 16
-    src = torch.randint(0, n, (n * deg,))
-    dst = torch.repeat_interleave(torch.arange(n), deg)
-    x = torch.randn(n, f, requires_grad=True)
-    msg = x[src]
-    out = torch.full((n, f), -torch.inf).scatter_reduce(0, dst.view(-1, 1).expand_as(msg), msg, "amax")
-    torch.autograd.grad(out.sum(), x)
+    rowptr, col = _shard(n, deg)
+    x = torch.randn(n, f)
+    best, count = kernels.csr_max_shard(rowptr, col, x, backend="cpp")
+    transpose = kernels.csr_transpose(rowptr, col, n, backend="cpp")
+    kernels.csr_max_backward(rowptr, col, x, best, count, torch.randn(n, f), backend="cpp", transpose=transpose)
 
 
 def _gat_unfused() -> None:
@@ -137,30 +162,25 @@ def _peak_beyond(fn, out_bytes: int) -> float:
     return float(min(extras))
 
 
-def sparse_transients() -> dict[str, float]:
-    """Temporaries of the sparse CSR products the engine's linear aggregations run, beyond their output.
+def kernel_transients() -> dict[str, float]:
+    """What the C++ shard SpMM the engine's linear aggregations run allocates beyond its output, a check of the
+    memory model, which books the output alone (expected 0; a profile keeps it, the model does not price it).
 
-    Forward ``state.addmm_(A, X)`` (in place) and backward ``A^T @ G`` on shapes that vary the output
-    size and the edge count, fitted (non-negative least squares) to ``extra = a * output_bytes + c * edges``
-    (e.g. MKL's int32 copies of the index arrays per call, a dense temporary of the output). Keys:
-    ``spmm_fwd_out``, ``spmm_fwd_edge``, ``spmm_bwd_out``, ``spmm_bwd_edge``.
+    Forward ``kernels.spmm_csr(..., out=state)`` (in place) and backward ``A^T g`` (a fresh output) on shapes that
+    vary the output size and the edge count, fitted (non-negative least squares) to ``extra = a * output_bytes +
+    c * edges``. Keys: ``spmm_fwd_out``, ``spmm_fwd_edge``, ``spmm_bwd_out``, ``spmm_bwd_edge`` (profiles before
+    the C++ kernels measured torch.sparse's MKL products under the same keys).
     """
     import numpy as np  # imported here, after the first-use probes, so their RSS growth does not include them
     from scipy.optimize import nnls
 
     rows, fwd, bwd = [], [], []
     for n, deg, f in ((40000, 8, 64), (40000, 32, 64), (40000, 8, 256), (20000, 32, 16)):
-        col = torch.randint(0, n, (n * deg,)).view(n, deg).sort(1).values.reshape(-1)
-        rowptr = torch.arange(0, n * deg + 1, deg)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            a = torch.sparse_csr_tensor(rowptr, col, torch.ones(col.numel()), size=(n, n))
-            at = a.t().to_sparse_csr()
-            x, state = torch.randn(n, f), torch.zeros(n, f)
-            out = n * f * 4
-            # the engine adds each shard's product into its running state in place (Shard.spmm(out=...))
-            fwd.append(_peak_beyond(lambda a=a, x=x, s=state: s.addmm_(a, x), 0))
-            bwd.append(_peak_beyond(lambda at=at, x=x: at @ x, out))
+        rowptr, col = _shard(n, deg)
+        colptr, dst = _transpose(rowptr, col, n)
+        x, state, out = torch.randn(n, f), torch.zeros(n, f), n * f * 4
+        fwd.append(_peak_beyond(partial(kernels.spmm_csr, rowptr, col, x, out=state, backend="cpp"), 0))
+        bwd.append(_peak_beyond(partial(kernels.spmm_csr, colptr, dst, x, backend="cpp"), out))
         rows.append([float(out), float(n * deg)])
     design = np.array(rows)
     weights = 1.0 / design.sum(axis=1)  # relative residuals
@@ -174,20 +194,42 @@ def sparse_transients() -> dict[str, float]:
     }
 
 
-def main() -> int:
+def first_use(family: str) -> float:
+    """Resident bytes ``family`` adds the first time this process runs it (call once, after :func:`_setup`).
+
+    Every family but ``autograd`` runs after an (unmeasured) autograd step, since the simulator adds ``autograd``'s
+    own first use to every model's: what is left is the family's own code and structures."""
+    if family != "autograd":
+        _autograd()
+    before = rss_bytes()
+    PROBES[family]()
+    return float(max(rss_bytes() - before, 0))
+
+
+def _one_family(family: str) -> float | None:
+    """:func:`first_use` of ``family`` in a fresh interpreter (None where it fails: not measured), so that pages
+    several families share are counted for each of them, as a model running one family sees them."""
+    out = subprocess.run([sys.executable, "-m", "simulator.memprobe", "--family", family], capture_output=True,
+                         text=True, timeout=120, check=False)
+    if out.returncode != 0 or not out.stdout.strip():
+        return None
+    return float(json.loads(out.stdout.strip().splitlines()[-1])[family])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--family", choices=sorted(PROBES), help="measure one family in this process and exit")
+    args = parser.parse_args(argv)
     _setup()
-    result: dict[str, float] = {}
-    for name, probe in PROBES.items():
-        before = rss_bytes()
-        try:
-            probe()
-        except Exception:  # noqa: BLE001 - a family that cannot run here is simply not measured
-            continue
-        result[name] = float(max(rss_bytes() - before, 0))
+    if args.family:
+        print(json.dumps({args.family: first_use(args.family)}), flush=True)
+        return 0
+    measured = {name: _one_family(name) for name in PROBES}
+    result = {name: value for name, value in measured.items() if value is not None}
     transients: dict[str, float] = {}
     try:
-        transients = sparse_transients()
-    except OSError:  # VmHWM cannot be reset here (no /proc/self/clear_refs): not measured
+        transients = kernel_transients()
+    except (OSError, RuntimeError):  # VmHWM cannot be reset here, or no C++ kernels: not measured
         pass
     print(json.dumps({"first_use": result, "transients": transients}), flush=True)
     return 0

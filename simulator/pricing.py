@@ -12,7 +12,7 @@ tables wrapped in :class:`PairTable` so that ``T[p][q]`` with index arrays picks
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -20,11 +20,12 @@ import numpy as np
 from simulator import rgcn_layer
 from simulator.costs import CostModel
 from simulator.layer_memory import (
+    INDEX_BYTES,
     LayerMemory,
-    csr_cache_bytes,
-    kernel_cache_bytes,
+    cache_kind,
     layer_memory,
     shard_bwd_transient_bytes,
+    shard_cache_bytes,
     shard_kept_bytes,
     shard_transient_bytes,
 )
@@ -248,17 +249,15 @@ class EpochPricing:
                 shard_bwd_transient, np.maximum(np.diag(shard_bwd_transient), n * (hc + heads) * b + held)
             )
             one_bwd_transient = np.maximum(one_bwd_transient, (n + halo_in) * (hc + heads) * b + held)
-        if plan.case == 1:  # measured temporaries of the sparse products beyond their outputs
-            extra = self.profile.transient_bytes
-            fo, fe = extra.get("spmm_fwd_out", 0.0), extra.get("spmm_fwd_edge", 0.0)
-            bo, be = extra.get("spmm_bwd_out", 0.0), extra.get("spmm_bwd_edge", 0.0)
-            shard_transient = shard_transient + fo * nd * wb + fe * E
-            shard_bwd_transient = shard_bwd_transient + bo * num_src * wb + be * E
-            # the ring modes add the local shard's A^T g into the source gradient in place (addmm_, whose
-            # temporaries are the forward's), the remote ones are fresh send buffers (A^T @ g)
-            shard_bwd_transient = with_diagonal(shard_bwd_transient, fo * n * wb + fe * np.diag(E))
-            one_transient = one_transient + fo * n * wb + fe * e_all
-            one_bwd_transient = one_bwd_transient + bo * (n + halo_in) * wb + be * e_all
+        if plan.kind == "sage" and plan.case == 2:
+            # max: the local shard's row gradient (csr_max_backward's fresh n x w output) lives until the ring
+            # modes have added it into the source gradient; a remote one is the send buffer, oneshot's the
+            # gradient of [own; halo] (both booked by the schedule)
+            shard_bwd_transient = with_diagonal(shard_bwd_transient, np.diag(shard_bwd_transient) + n * wb)
+        mems = [layer_memory(plan, int(k)) for k in st.nodes_per_part]
+        one_kept = shard_kept_bytes(plan, e_all, n) if plan.keeps_edge_tensors else 0.0
+        if not self.ring and plan.records and not plan.autograd:
+            mems, one_transient, one_kept = self._oneshot_output(mems, one_transient, one_kept)
         return LayerTables(
             plan=plan,
             pre_f=self._part(cost(plan.pre_fwd(n))),
@@ -285,13 +284,25 @@ class EpochPricing:
             shard_kept=self._pairs(shard_kept_bytes(plan, E, nd) if plan.keeps_edge_tensors else 0.0, has_edges),
             one_transient=self._part(one_transient),
             one_bwd_transient=self._part(one_bwd_transient),
-            one_kept=self._part(shard_kept_bytes(plan, e_all, n) if plan.keeps_edge_tensors else 0.0),
+            one_kept=self._part(one_kept),
             one_ext=self._part((n + halo_in) * wb if P > 1 else 0.0),  # one worker: no extended copy
             one_grad=self._part((n + halo_in) * wb),
             own_rows=self._part(n * wb),
             one_ops=self._part(np.count_nonzero(H, axis=1) + np.count_nonzero(H, axis=0)),
-            mem=self._memory([layer_memory(plan, int(k)) for k in st.nodes_per_part]),
+            mem=self._memory(mems),
         )
+
+    @staticmethod
+    def _oneshot_output(mems: list[LayerMemory], transient: Any, kept: Any) -> tuple[list[LayerMemory], Any, Any]:
+        """``ShardAggregate`` (oneshot, one worker) keeps its output (GCN: the state itself; max: the state too)
+        only until its own backward returns, before ``HaloExchange``'s backward sends the halo gradients home,
+        while the schedule frees ``agg_out`` after that: the kept output moves into the aggregation's kept bytes
+        (``one_kept``, freed when the aggregation backward is done); an output that is the state is booked as a
+        temporary of the aggregation until then. Returns the layer memories, ``one_transient`` and ``one_kept``."""
+        out = np.array([m.agg_out for m in mems], dtype=np.float64)
+        if mems[0].new_out:
+            return [replace(m, agg_out=0) for m in mems], transient, kept + out
+        return [replace(m, agg_state=0, agg_out=0) for m in mems], transient + out, kept + out
 
     def _memory(self, mems: list[LayerMemory]) -> Any:
         return PartMemory(mems) if self.vector else mems
@@ -341,11 +352,12 @@ class EpochPricing:
     def _persistent_bytes(self) -> np.ndarray:
         """Bytes held above the baseline at the start of a steady-state epoch, per rank.
 
-        Adam's two moments; the CSR matrices (and transposes) of linear aggregations and the CSC
-        transposes of fused GAT, cached on first use; ``oneshot``'s merged shard (its edge lists and row
-        pointer), built on first use; R-GCN's relation blocks of every shard (or of the merged shard), built in
-        epoch 0 and kept (:func:`simulator.rgcn_layer.cache_bytes`); the first-use resident bytes of the
-        aggregation families the model runs and of the first backward pass (:attr:`Profile.first_use_bytes`).
+        Adam's two moments; the transposes every shard caches on first use for the backward kernels
+        (:func:`simulator.layer_memory.shard_cache_bytes`: linear aggregations' ``transpose_index``, the CSC of
+        max and fused GAT); ``oneshot``'s merged shard (its int64 edge lists and row pointer,
+        ``16 E + 8 (n + 1)``), built on first use; R-GCN's relation blocks of every shard (or of the merged
+        shard), built in epoch 0 and kept (:func:`simulator.rgcn_layer.cache_bytes`); the first-use resident bytes
+        of the aggregation families the model runs and of the first backward pass (:attr:`Profile.first_use_bytes`).
         """
         st, P = self.stats, self.N
         n = st.nodes_per_part.astype(np.float64)
@@ -354,23 +366,20 @@ class EpochPricing:
         total = np.full(P, 2.0 * self.params * self.b)
         first_use = self.profile.first_use_bytes
         total += sum(first_use.get(family, 0.0) for family in {pl.family for pl in self.plans} | {"autograd"})
-        linear = [pl for pl in self.plans if pl.case == 1]
-        fused = [pl for pl in self.plans if pl.kind == "gat" and pl.fused]
+        # one cache of a kind per shard, built by the first aggregation backward that runs over it
+        kinds = sorted({cache_kind(pl) for pl in self.plans if pl.records} - {""})
         rgcn = [pl for pl in self.plans if pl.kind == "rgcn"]
         if not self.ring and self.N > 1:  # oneshot's merged shard (one worker: its own shard)
             e_all, rows = E.sum(axis=1), n + H.sum(axis=1)
-            total += 16.0 * e_all + 8.0 * (n + 1)
-            for group in (linear, fused):
-                if group:
-                    total += csr_cache_bytes(group[0], e_all, rows) + kernel_cache_bytes(group[0], e_all, rows)
+            total += 2 * INDEX_BYTES * e_all + INDEX_BYTES * (n + 1)  # its src, dst and row pointer
+            for kind in kinds:
+                total += shard_cache_bytes(kind, e_all, rows)
             if rgcn:
                 total += rgcn_layer.cache_bytes(rgcn[0].relation_split(e_all, n, rows), rgcn[0].fused)
         else:
             num_src = np.where(np.eye(P, dtype=bool), n[:, None], H)
-            for group in (linear, fused):
-                if group:
-                    cache = csr_cache_bytes(group[0], E, num_src) + kernel_cache_bytes(group[0], E, num_src)
-                    total += np.asarray(cache).sum(axis=1)
+            for kind in kinds:
+                total += np.asarray(shard_cache_bytes(kind, E, num_src)).sum(axis=1)
             if rgcn:
                 blocks = rgcn_layer.cache_bytes(rgcn[0].relation_split(E, n[:, None], num_src), rgcn[0].fused)
                 total += blocks.sum(axis=1)

@@ -162,9 +162,10 @@ class Profile:
             pages, allocator arenas), measured by :mod:`simulator.memprobe`; ``autograd`` (the first
             backward pass: engine threads, backward kernels) counts for every model, since the engine
             measures its baseline before any backward has run.
-        transient_bytes: temporaries of the sparse CSR products beyond their output, measured by
-            :func:`simulator.memprobe.sparse_transients`: ``spmm_{fwd,bwd}_out`` (bytes per output byte) and
-            ``spmm_{fwd,bwd}_edge`` (bytes per edge); empty = none.
+        transient_bytes: temporaries of the engine's sparse kernels beyond their output, measured by
+            :func:`simulator.memprobe.kernel_transients` (``spmm_{fwd,bwd}_out`` per output byte,
+            ``spmm_{fwd,bwd}_edge`` per edge); recorded as a check, not priced: the C++ shard SpMM allocates
+            nothing beyond its output (about 0 measured); empty = not measured.
         llc_bytes: effective last-level cache of one worker for random row gathers (fitted by calibration:
             a gather from a matrix of ``G`` bytes hits with probability ``min(1, llc / G)``); 0 = no cache
             model.

@@ -15,12 +15,14 @@ from sarlab.nn import gat
 from simulator.costs import CostModel, allreduce_seconds
 from simulator.epoch import predicted_peak, simulate_epoch
 from simulator.fitting import fit_cache
+from simulator.layer_memory import layer_memory, shard_bwd_transient_bytes, shard_transient_bytes
 from simulator.layers import activation_bytes, layer_plans
 from simulator.model import ModelSpec, parse_model
 from simulator.network import SharedCores
 from simulator.ops import UNFUSED_CHUNK_EDGES, Op
+from simulator.pricing import EpochPricing
 from simulator.profile import Link, OpCost, Profile, icelake_hdr200, load_profile, save_profile
-from simulator.runspec import RunSpec
+from simulator.runspec import RunSpec, resolve_placement
 from simulator.workload import (
     GRAPH_PRESETS,
     PartitionStats,
@@ -337,18 +339,77 @@ def test_loopback_copies_take_shared_cores():
     )
 
 
-def test_sparse_product_temporaries_raise_the_peak_by_hand():
-    """GCN, 1 layer, 1 worker, nothing else alive at the backward's peak but the known tensors: the measured
-    temporaries of ``A^T g`` (bytes per output byte and per edge) add exactly to the predicted peak."""
+def test_linear_aggregation_peak_by_hand():
+    """GCN, 1 layer, 1 worker: the peak is the backward's ``A^T g`` moment, every tensor named. Held: Adam's two
+    moments (``2 |theta| b``), the shard's cached transpose (column pointers ``8 (n + 1)``, destinations in
+    source order and the permutation ``16 E``), the conv output, the logits' gradient, the aggregation output
+    kept for backward, its gradient and the fresh ``A^T g``: five ``n x f_o`` float32 tensors. The C++ SpMM
+    allocates nothing else, so the measured torch.sparse temporaries of older profiles do not count."""
     st = estimate_partition(1000, 10000, 1, 8, 4)
     spec = ModelSpec("gcn", layers=1, hidden=4, batchnorm=False, dropout=0.0)
-    plain = simulate_epoch(st, spec, RunSpec(), hand_profile())
-    extra = {"spmm_fwd_out": 0.0, "spmm_fwd_edge": 0.0, "spmm_bwd_out": 1.0, "spmm_bwd_edge": 4.0}
-    probed = simulate_epoch(st, spec, RunSpec(), replace(hand_profile(), transient_bytes=extra))
-    out_bytes = 1000 * 4 * 4  # A^T g: n rows of 4 floats
-    assert probed.peak_above_baseline_bytes[0] - plain.peak_above_baseline_bytes[0] == pytest.approx(
-        1.0 * out_bytes + 4.0 * st.edges_per_shard[0, 0]
-    )
+    n, fo, edges, params = 1000, 4, int(st.edges_per_shard[0, 0]), 8 * 4 + 4
+    expected = 2 * params * 4 + 8 * (n + 1) + 16 * edges + 5 * n * fo * 4
+    assert simulate_epoch(st, spec, RunSpec(), hand_profile()).peak_above_baseline_bytes[0] == pytest.approx(expected)
+    mkl = {"spmm_fwd_out": 0.02, "spmm_fwd_edge": 3.7, "spmm_bwd_out": 1.0, "spmm_bwd_edge": 3.8}
+    old = simulate_epoch(st, spec, RunSpec(), replace(hand_profile(), transient_bytes=mkl))
+    assert old.peak_above_baseline_bytes[0] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("model", "mode", "expected"),
+    [
+        # 1-layer GCN (36 parameters): Adam 288 B; per shard 8 (N_s + 1) + 16 E: (808 + 4800) + (168 + 800),
+        # (488 + 3200) + (248 + 640)
+        ("gcn", "sar", [288 + 5608 + 968, 288 + 3688 + 888]),
+        # 1-layer SAGE-pool (140 parameters): Adam 1120 B; the CSC per shard 8 (N_s + 1) + 8 E
+        ("sage-pool", "sar", [1120 + 808 + 2400 + 168 + 400, 1120 + 488 + 1600 + 248 + 320]),
+        # 1-layer SAGE-max (68 parameters) aggregates the raw features: no aggregation backward, no CSC built
+        ("sage-max", "sar", [544, 544]),
+        # oneshot GCN: the merged shard (16 E + 8 (n + 1)) and its transpose over n + halo source rows
+        ("gcn", "oneshot", [288 + (16 * 350 + 8 * 101) + (8 * 121 + 16 * 350), 288 + (16 * 240 + 8 * 61)
+                            + (8 * 91 + 16 * 240)]),
+    ],
+)
+def test_cached_transposes_by_hand(model, mode, expected):
+    """What a steady-state epoch starts with above the baseline, on the hand partition (first-use bytes 0)."""
+    spec = parse_model(model, ModelSpec(layers=1, hidden=4, batchnorm=False, dropout=0.0))
+    res = simulate_epoch(two_parts(), spec, RunSpec(mode=mode), hand_profile())
+    assert res.start_bytes == pytest.approx(expected)
+
+
+def test_max_aggregation_ledger_by_hand():
+    """SAGE max on the C++ running max: no per-edge temporaries; the state is the running max (b) and its int32
+    count (4 B) per element; with an autograd record the Function keeps the state and the output (b) until its
+    backward (booked together, freed with the output); layer 0 (raw features, no record) frees its state at
+    finalize. The backward's only temporary is the local shard's row gradient (``n x w``)."""
+    spec = ModelSpec("sage", layers=2, hidden=16, aggr="max", batchnorm=False, dropout=0.0)
+    first, second = layer_plans(spec, 8, 4)
+    m0, m1 = layer_memory(first, 100), layer_memory(second, 100)
+    assert (m0.agg_state, m0.agg_out, m0.new_out) == (100 * 8 * 8, 100 * 8 * 4, True)
+    assert (m1.agg_state, m1.agg_out, m1.new_out) == (100 * 16 * 12, 100 * 16 * 12, False)
+    for plan in (first, second):
+        assert shard_transient_bytes(plan, 300, 100, 100) == 0
+        assert shard_bwd_transient_bytes(plan, 300, 100, 100) == 0
+    placement = resolve_placement(hand_profile(), 2, RunSpec())
+    pricing = EpochPricing(two_parts(), spec, RunSpec(), hand_profile(), placement)
+    table = np.asarray(pricing.layers[1].shard_bwd_transient)
+    assert table == pytest.approx(np.array([[100 * 16 * 4, 0], [0, 60 * 16 * 4]]))
+
+
+def test_oneshot_output_dies_with_its_aggregation_backward():
+    """``ShardAggregate`` keeps its output only until its own backward returns (before the halo gradients go
+    home): in oneshot the output is booked with the aggregation's kept bytes, a GCN state (the output itself) as
+    a temporary of the aggregation until then; the ring modes keep ``agg_out``. 2-layer GCN on the hand partition:
+    layer 0's output is n x 4 floats (hidden 4)."""
+    spec = ModelSpec("gcn", layers=2, hidden=4, batchnorm=False, dropout=0.0)
+    ring = EpochPricing(two_parts(), spec, RunSpec(), hand_profile(), resolve_placement(hand_profile(), 2, RunSpec()))
+    run = RunSpec(mode="oneshot")
+    one = EpochPricing(two_parts(), spec, run, hand_profile(), resolve_placement(hand_profile(), 2, run))
+    out = np.array([100, 60]) * 4 * 4
+    assert [ring.layers[0].mem[p].agg_out for p in (0, 1)] == list(out)
+    assert [one.layers[0].mem[p].agg_out for p in (0, 1)] == [0, 0]
+    assert [one.layers[0].mem[p].agg_state for p in (0, 1)] == [0, 0]
+    assert one.layers[0].one_kept == pytest.approx(out) and one.layers[0].one_transient == pytest.approx(out)
 
 
 def test_cache_model_by_hand_and_its_fit():

@@ -69,6 +69,28 @@ def test_link_profiles_are_read_tolerantly(tmp_path):
     assert items[0].run.workers_per_nic == 2 and set(df["net"]) == {"veth:rate=200mbit,hosts=2"}
 
 
+def test_shaping_cpu_of_a_link_profile_joins_the_cpu_per_byte(tmp_path):
+    """The emulated path's CPU per byte (``shaping_cpu_s_per_byte``, :mod:`simulator.shapebench`) is added to the
+    base profile's CPU per point-to-point byte on a veth network, 2 + 3 = 5 us per byte here (loopback keeps
+    2): the epoch is the one of a base profile with 5 us per byte, and slower than without shaping where the
+    workers share the cores."""
+    base = replace(hand_profile(), cores_per_host=2, p2p_cpu_s_per_byte=2e-6)
+    path = tmp_path / "link.json"
+    path.write_text(json.dumps({"net": "veth:rate=200mbit", "bandwidth_bidir_Bps": 2.3e7, "latency_s": 1e-4,
+                                "shaping_cpu_s_per_byte": 3e-6}))  # fmt: skip
+    lp = read_link_profile(path, base)
+    prof, per_nic = for_network(base, [lp], "veth:rate=200mbit", 4)
+    assert lp.shaping_cpu_s_per_byte == 3e-6 and prof.p2p_cpu_s_per_byte == pytest.approx(5e-6)
+    assert for_network(base, [lp], "loopback", 4)[0].p2p_cpu_s_per_byte == 2e-6
+    st = estimate_partition(4000, 40000, 4, 16, 4, edge_cut=0.3)
+    spec = ModelSpec("gcn", layers=2, hidden=16, batchnorm=False, dropout=0.0)
+    run = RunSpec(mode="sar", threads=1, workers_per_nic=per_nic)
+    shaped = simulate_epoch(st, spec, run, prof).epoch_time_s
+    same = replace(base, inter_host=lp.link, p2p_cpu_s_per_byte=5e-6)
+    assert shaped == pytest.approx(simulate_epoch(st, spec, run, same).epoch_time_s, rel=1e-12)
+    assert shaped.max() > simulate_epoch(st, spec, run, replace(same, p2p_cpu_s_per_byte=2e-6)).epoch_time_s.max()
+
+
 def test_pair_statistics_by_hand():
     """Edges, halo rows and the cut of a 6-node graph in 2 parts, counted by hand."""
     src = np.array([0, 1, 2, 3, 4, 5, 0, 3])
