@@ -25,7 +25,7 @@ from types import ModuleType
 
 EXTENSION_NAME = "sarlab_kernels"
 CSRC_DIR = Path(__file__).resolve().parent / "csrc"
-SOURCES = ("bindings.cpp", "gat.cpp", "spmm.cpp", "alloc.cpp")
+SOURCES = ("bindings.cpp", "gat.cpp", "csr.cpp", "spmm.cpp", "alloc.cpp")
 NATIVE_FLAGS = "-march=native"
 BACKENDS = ("cpp", "torch")
 

@@ -40,6 +40,15 @@ def _check_inputs(rowptr: Tensor, col: Tensor, s_dst: Tensor, s_src: Tensor, z_s
     check_csr(rowptr, col, num_src)
 
 
+def _row_blocks(z_src: Tensor) -> Tensor:
+    """z_src itself when each row's [H,C] values are contiguous (rows may be strided, as a column slice of the
+    engine's [z | s_src] rows is: the C++ kernels read them in place), else a contiguous copy."""
+    _, heads, channels = z_src.shape
+    if z_src.stride(2) == 1 and z_src.stride(1) == channels and z_src.stride(0) >= heads * channels:
+        return z_src
+    return z_src.contiguous()
+
+
 def empty_state(num_dst: int, heads: int, channels: int, like: Tensor) -> State:
     """Fresh online-softmax state: m = -inf, l = 0, acc = 0.
 
@@ -80,7 +89,8 @@ def gat_forward_shard(
         col: [E] int64 source row of every edge (rows of s_src / z_src).
         s_dst: [Nd,H] destination attention scores.
         s_src: [Ns,H] source attention scores.
-        z_src: [Ns,H,C] source features.
+        z_src: [Ns,H,C] source features (the C++ kernels read strided rows in place when each row's [H,C]
+            block is contiguous; ``$SARLAB_GAT_TILE_BYTES`` sets their tile budget, see ``csrc/gat.cpp``).
         negative_slope: LeakyReLU slope.
         state: (m, l, acc) from earlier shards, or None to start fresh.
         backend: 'cpp', 'torch' or None for :func:`kernels.backend`.
@@ -103,8 +113,9 @@ def gat_forward_shard(
             raise ValueError("inplace=True needs contiguous state tensors")
         if not inplace:
             m, l, acc = m.clone(memory_format=torch.contiguous_format), l.clone(), acc.clone()
-    args = (rowptr, col, s_dst.contiguous(), s_src.contiguous(), z_src.contiguous(), float(negative_slope))
     extension = _loader.cpp_extension(backend)
+    z_rows = _row_blocks(z_src) if extension is not None else z_src.contiguous()
+    args = (rowptr, col, s_dst.contiguous(), s_src.contiguous(), z_rows, float(negative_slope))
     if extension is not None:
         extension.gat_forward_shard(*args, m, l, acc)
     else:
@@ -184,9 +195,10 @@ def gat_backward_shard(
                                   ((num_dst, heads), (num_src, heads), (num_src, heads, channels))):
             if tuple(t.shape) != shape or t.dtype != z_src.dtype:
                 raise ValueError(f"{name} must be a {z_src.dtype} accumulator of shape {shape}")
-    dense = [t.contiguous() for t in (s_dst, s_src, z_src)]
     state = [t.contiguous() for t in (m, l, grad_out, delta)]
     extension = _loader.cpp_extension(backend)
+    z_rows = _row_blocks(z_src) if extension is not None else z_src.contiguous()
+    dense = [s_dst.contiguous(), s_src.contiguous(), z_rows]
     if extension is not None:
         if transpose is None:
             transpose = extension.csr_transpose(rowptr, col, num_src)

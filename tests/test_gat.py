@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch_geometric.nn import GATConv as PyGGATConv
 
+import kernels
 import sarlab.nn.gat as gat_module
 from real.verify import format_table, verify
 from sarlab.aggregate import ShardAggregate
@@ -131,3 +132,178 @@ def test_gatconv_layer_matches_pyg_on_one_process(graph, kernels_backend, fused,
                                    [x] + [dict(theirs.named_parameters())[b] for _, b in names])
     for (name, _), a, b in zip([("x", "x")] + names, got, expected):
         torch.testing.assert_close(a, b.view_as(a), rtol=1e-10, atol=1e-10, msg=name)
+
+
+# ---------------------------------------------------------------------------------------------- fused shard kernels
+# The C++ kernels alone against a dense masked softmax written here, over every path they take: one pass or tiles
+# of gathered rows ($SARLAB_GAT_TILE_BYTES: "0" never tiles, "1" puts every row in its own tile), rows whose indices
+# ascend or not (unsorted ones run in one tile), head counts, slopes, rows without in- or out-edges, strided z rows,
+# 1-3 threads, and shards merged through the running state.
+KERNEL_TOL = {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=2e-5, atol=2e-5)}
+
+
+def _adjacency(num_dst: int, num_src: int, p: float, seed: int) -> torch.Tensor:
+    """Boolean [Nd,Ns] adjacency (edge j -> i at [i, j]); destinations 0-2 get no edge, the last source sends none."""
+    adj = torch.rand(num_dst, num_src, generator=torch.Generator().manual_seed(seed)) < p
+    adj[:3] = False
+    adj[:, -1] = False
+    return adj
+
+
+def _csr(adj: torch.Tensor, shuffle_seed: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """CSR of ``adj``, sources ascending in each row (or shuffled within rows with ``shuffle_seed``)."""
+    rows, cols = adj.nonzero(as_tuple=True)
+    if shuffle_seed is not None:
+        key = torch.rand(rows.numel(), generator=torch.Generator().manual_seed(shuffle_seed))
+        order = torch.argsort(rows.double() * 2 + key)  # rows keep their order, sources inside them are shuffled
+        rows, cols = rows[order], cols[order]
+    rowptr = torch.zeros(adj.shape[0] + 1, dtype=torch.int64)
+    rowptr[1:] = torch.cumsum(adj.sum(1), 0)
+    return rowptr, cols.to(torch.int64)
+
+
+def _inputs(adj: torch.Tensor, heads: int, channels: int, dtype: torch.dtype, seed: int, scale: float = 1.0):
+    gen = torch.Generator().manual_seed(seed)
+    num_dst, num_src = adj.shape
+    s_dst = (torch.randn(num_dst, heads, generator=gen, dtype=dtype) * scale).requires_grad_(True)
+    s_src = (torch.randn(num_src, heads, generator=gen, dtype=dtype) * scale).requires_grad_(True)
+    z = torch.randn(num_src, heads, channels, generator=gen, dtype=dtype).requires_grad_(True)
+    upstream = torch.randn(num_dst, heads, channels, generator=gen, dtype=dtype)
+    return s_dst, s_src, z, upstream
+
+
+def _dense_reference(adj, s_dst, s_src, z, slope, upstream):
+    """out_i = sum_j softmax_j(leaky(s_dst_i + s_src_j)) z_j over in-edges (0 without any), dense [Nd,Ns,H], and
+    the gradients of (out * upstream).sum() wrt s_dst, s_src, z by autograd (all in float64)."""
+    inputs = [t.detach().double().requires_grad_(True) for t in (s_dst, s_src, z)]
+    logits = torch.nn.functional.leaky_relu(inputs[0][:, None] + inputs[1][None], slope)
+    has_edge = adj.any(1)[:, None, None]
+    logits = torch.where(adj[..., None], logits, torch.full_like(logits, float("-inf")))
+    logits = torch.where(has_edge, logits, torch.zeros_like(logits))
+    alpha = torch.softmax(logits, dim=1) * has_edge
+    out = torch.einsum("ijh,jhc->ihc", alpha, inputs[2])
+    return (out.detach(), *torch.autograd.grad((out * upstream.double()).sum(), inputs))
+
+
+def _fused_kernels(rowptr, col, s_dst, s_src, z, slope, upstream, transpose=None, state=None):
+    """Forward (from ``state`` when given), finalize and backward of the C++ kernels: (out, d s_dst, d s_src, d z)."""
+    s_dst, s_src = s_dst.detach(), s_src.detach()
+    m, l, acc = kernels.gat_forward_shard(rowptr, col, s_dst, s_src, z.detach(), slope, state=state, backend="cpp")
+    out = kernels.gat_finalize(m, l, acc)
+    delta = (upstream * out).sum(-1)
+    grads = kernels.gat_backward_shard(rowptr, col, s_dst, s_src, z.detach(), slope, m, l, upstream, delta,
+                                       backend="cpp", transpose=transpose)
+    return (out, *grads)
+
+
+def _assert_matches(got, want, dtype):
+    for name, a, b in zip(("out", "grad_s_dst", "grad_s_src", "grad_z"), got, want, strict=True):
+        torch.testing.assert_close(a.double(), b, **KERNEL_TOL[dtype], msg=name)
+
+
+@pytest.mark.parametrize("tile_bytes", ["0", "1", "700"])
+@pytest.mark.parametrize("heads", [1, 2, 3, 8])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_fused_kernels_match_dense_reference(monkeypatch, tile_bytes, heads, dtype):
+    monkeypatch.setenv("SARLAB_GAT_TILE_BYTES", tile_bytes)
+    adj = _adjacency(37, 41, 0.3, seed=heads)
+    rowptr, col = _csr(adj)
+    s_dst, s_src, z, upstream = _inputs(adj, heads, 5, dtype, seed=10 + heads)
+    got = _fused_kernels(rowptr, col, s_dst, s_src, z, 0.2, upstream)
+    want = _dense_reference(adj, s_dst, s_src, z, 0.2, upstream)
+    _assert_matches(got, want, dtype)
+    assert torch.equal(got[0][:3], torch.zeros_like(got[0][:3])) and torch.equal(got[3][-1], torch.zeros_like(z[-1]))
+
+
+@pytest.mark.parametrize("slope", [0.0, 0.01, 0.5, 1.0])
+def test_fused_kernels_negative_slopes(monkeypatch, slope):
+    monkeypatch.setenv("SARLAB_GAT_TILE_BYTES", "1")
+    adj = _adjacency(30, 25, 0.4, seed=3)
+    rowptr, col = _csr(adj)
+    s_dst, s_src, z, upstream = _inputs(adj, 4, 3, torch.float64, seed=4)
+    _assert_matches(_fused_kernels(rowptr, col, s_dst, s_src, z, slope, upstream),
+                    _dense_reference(adj, s_dst, s_src, z, slope, upstream), torch.float64)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_fused_kernels_wide_logit_range(dtype):
+    """Logits spread over thousands: exp(e - max) runs from 1 down through float underflow (-87 / -708)."""
+    adj = _adjacency(40, 50, 0.5, seed=5)
+    rowptr, col = _csr(adj)
+    s_dst, s_src, z, upstream = _inputs(adj, 2, 4, dtype, seed=6, scale=400.0)
+    got = _fused_kernels(rowptr, col, s_dst, s_src, z, 0.2, upstream)
+    want = _dense_reference(adj, s_dst, s_src, z, 0.2, upstream)
+    # fp32 rounds logits ~1e3 to ~1e-4 absolute, which moves the softmax weights by as much
+    tol = KERNEL_TOL[dtype] if dtype == torch.float64 else dict(rtol=1e-3, atol=1e-3)
+    for name, a, b in zip(("out", "grad_s_dst", "grad_s_src", "grad_z"), got, want, strict=True):
+        torch.testing.assert_close(a.double(), b, **tol, msg=name)
+
+
+def test_fused_kernels_unsorted_rows_fall_back_to_one_pass(monkeypatch):
+    """Sources shuffled within rows and destinations shuffled within the transpose's rows: still exact."""
+    monkeypatch.setenv("SARLAB_GAT_TILE_BYTES", "1")
+    adj = _adjacency(33, 29, 0.35, seed=7)
+    rowptr, col = _csr(adj, shuffle_seed=1)
+    t_rowptr, t_row = _csr(adj.T.contiguous(), shuffle_seed=2)
+    assert not torch.equal(col, _csr(adj)[1]) and not torch.equal(t_row, _csr(adj.T.contiguous())[1])
+    s_dst, s_src, z, upstream = _inputs(adj, 3, 4, torch.float64, seed=8)
+    got = _fused_kernels(rowptr, col, s_dst, s_src, z, 0.2, upstream, transpose=(t_rowptr, t_row))
+    _assert_matches(got, _dense_reference(adj, s_dst, s_src, z, 0.2, upstream), torch.float64)
+
+
+def test_fused_kernels_same_bits_for_tiles_and_threads(monkeypatch):
+    """Sums run in CSR/CSC order in fixed parts: tiling and 1, 2 or 3 threads give identical results."""
+    adj = _adjacency(300, 280, 0.05, seed=9)
+    rowptr, col = _csr(adj)
+    s_dst, s_src, z, upstream = _inputs(adj, 4, 6, torch.float32, seed=10)
+    threads = torch.get_num_threads()
+    runs = {}
+    try:
+        for tile_bytes in ("0", "4096"):
+            for nthreads in (1, 2, 3):
+                monkeypatch.setenv("SARLAB_GAT_TILE_BYTES", tile_bytes)
+                torch.set_num_threads(nthreads)
+                runs[tile_bytes, nthreads] = _fused_kernels(rowptr, col, s_dst, s_src, z, 0.2, upstream)
+    finally:
+        torch.set_num_threads(threads)
+    first = runs["0", 1]
+    for key, run in runs.items():
+        for a, b in zip(first, run, strict=True):
+            assert torch.equal(a, b), key
+    _assert_matches(first, _dense_reference(adj, s_dst, s_src, z, 0.2, upstream), torch.float32)
+
+
+def test_fused_kernels_read_strided_z_rows_in_place():
+    """z as the column slice of wider [z | s] rows (the engine's layout) gives exactly the contiguous results."""
+    adj = _adjacency(20, 24, 0.4, seed=11)
+    rowptr, col = _csr(adj)
+    s_dst, s_src, z, upstream = _inputs(adj, 2, 5, torch.float64, seed=12)
+    wide = torch.cat([z.detach().reshape(24, -1), s_src.detach()], 1)
+    strided = wide[:, :10].view(24, 2, 5)
+    assert not strided.is_contiguous() and kernels.gat._row_blocks(strided) is strided
+    for a, b in zip(_fused_kernels(rowptr, col, s_dst, s_src, strided, 0.2, upstream),
+                    _fused_kernels(rowptr, col, s_dst, s_src, z, 0.2, upstream), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_fused_kernels_merge_shards_through_the_state(monkeypatch):
+    """Two shards (sources split in two ranges), each tiled: the forward state carries the max across them and
+    the per-shard gradients add up to the whole graph's."""
+    monkeypatch.setenv("SARLAB_GAT_TILE_BYTES", "1")
+    adj = _adjacency(26, 30, 0.4, seed=13)
+    s_dst, s_src, z, upstream = _inputs(adj, 3, 4, torch.float64, seed=14, scale=3.0)
+    halves = (slice(0, 13), slice(13, 30))
+    csrs = [_csr(adj[:, part]) for part in halves]
+    state = None
+    for (rowptr, col), part in zip(csrs, halves, strict=True):
+        state = kernels.gat_forward_shard(rowptr, col, s_dst.detach(), s_src[part].detach(), z[part].detach(), 0.2,
+                                          state=state, backend="cpp")
+    m, l, acc = state
+    out = kernels.gat_finalize(m, l, acc)
+    delta = (upstream * out).sum(-1)
+    g_dst, g_src, g_z = torch.zeros_like(s_dst), torch.zeros_like(s_src), torch.zeros_like(z)
+    for (rowptr, col), part in zip(csrs, halves, strict=True):
+        d, s, gz = kernels.gat_backward_shard(rowptr, col, s_dst.detach(), s_src[part].detach(), z[part].detach(),
+                                              0.2, m, l, upstream, delta, backend="cpp")
+        g_dst, g_src[part], g_z[part] = g_dst + d, s, gz
+    _assert_matches((out, g_dst, g_src, g_z), _dense_reference(adj, s_dst, s_src, z, 0.2, upstream), torch.float64)

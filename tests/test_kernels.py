@@ -200,22 +200,6 @@ def test_shard_merge_equals_single_pass(backend: str, dtype: torch.dtype) -> Non
     torch.testing.assert_close(acc_z, g_z, **TOL[dtype])
 
 
-@pytest.mark.parametrize("block", ["1", "3"])
-def test_cpp_head_blocks_match_dense_reference(cpp_built: bool, block: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The C++ kernels run heads in blocks of $SARLAB_GAT_HEAD_BLOCK (one pass per block, a partial last one):
-    forward and gradients still equal the dense reference."""
-    monkeypatch.setenv("SARLAB_GAT_HEAD_BLOCK", block)
-    adj = random_graph(21, 26, 0.3, seed=4)
-    rowptr, col = to_csr(adj)
-    inputs = random_inputs(21, 26, 8, 6, torch.float64, seed=5)
-    weight = torch.randn(21, 8, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
-    out = fused(rowptr, col, *inputs, backend="cpp")
-    ref = dense_attention(adj, *inputs, SLOPE)
-    torch.testing.assert_close(out, ref, **TOL[torch.float64])
-    for got, want in zip(grads(out, inputs, weight), grads(ref, inputs, weight), strict=True):
-        torch.testing.assert_close(got, want, **TOL[torch.float64])
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_backward_accumulates_destination_chunks_into_out(backend: str, dtype: torch.dtype) -> None:
     """Backward over destination-row chunks, each adding into shared ``out`` accumulators (as the unfused

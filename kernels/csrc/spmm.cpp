@@ -19,13 +19,6 @@ namespace {
 constexpr int64_t kChunk = 64;  // dynamic-schedule chunk of rows (degrees are skewed)
 constexpr int64_t kAhead = 4;   // source rows prefetched ahead of use
 
-template <typename T>
-inline void prefetch_row(const T* row, int64_t n) {
-  const char* p = reinterpret_cast<const char*>(row);
-  const int64_t bytes = n * static_cast<int64_t>(sizeof(T));
-  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off);
-}
-
 // Sum of rows col[begin..end) of x over feature columns [f0, f0 + W), W a compile-time width so the
 // accumulators live in registers; the first pass over a row (f0 == 0) prefetches whole source rows ahead.
 template <typename scalar_t, int W>

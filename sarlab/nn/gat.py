@@ -120,7 +120,9 @@ class AttentionAggregation:
         delta = (grad_out * out).sum(-1)
         backend = self.backend if self.fused else "torch"
         transpose = shard_transpose(shard, backend)
-        s_dst, s_src, z_src, grad_out = (t.contiguous() for t in (s_dst, s_src, z_src, grad_out))
+        s_dst, s_src, grad_out = (t.contiguous() for t in (s_dst, s_src, grad_out))
+        if not self.fused:  # the C++ kernels read z's rows in place (a column slice of the exchanged rows)
+            z_src = z_src.contiguous()
         if self.fused:
             g_s_dst, g_s_src, g_z = kernels.gat_backward_shard(
                 shard.rowptr, shard.src, s_dst, s_src, z_src, self.slope, m, l, grad_out, delta, backend=backend,

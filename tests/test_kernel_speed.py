@@ -1,0 +1,50 @@
+"""Smoke test of ``python -m real.kernel_speed`` (this tree against itself on a tiny graph) and its graph."""
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from real.kernel_speed import DEFAULT_OUT, TREE_ROOT, make_graph
+
+
+@pytest.mark.parametrize("graph", ["skewed", "uniform"])
+def test_graph_has_the_edges_asked_for_sorted_within_rows(graph):
+    rowptr, col = make_graph(500, 4000, seed=3, graph=graph)
+    assert rowptr[0] == 0 and rowptr[-1] == 4000 == col.numel()
+    assert bool((rowptr[1:] >= rowptr[:-1]).all()) and 0 <= int(col.min()) and int(col.max()) < 500
+    rows = np.repeat(np.arange(500), np.diff(rowptr.numpy()))
+    assert np.all(np.lexsort((col.numpy(), rows)) == np.arange(4000))  # already in (row, source) order
+    again_rowptr, again_col = make_graph(500, 4000, seed=3, graph=graph)
+    assert (again_rowptr == rowptr).all() and (again_col == col).all()
+    shuffled_rowptr, shuffled_col = make_graph(500, 4000, seed=3, graph=graph, shuffle_rows=True)
+    assert (shuffled_rowptr == rowptr).all() and not (shuffled_col == col).all()
+    assert sorted(zip(rows, shuffled_col.tolist())) == sorted(zip(rows, col.tolist()))
+
+
+@pytest.mark.timeout(900)
+def test_command_writes_both_engines_and_ratios(tmp_path):
+    out = tmp_path / "speed"
+    cmd = [sys.executable, "-m", "real.kernel_speed", "--base-root", TREE_ROOT, "--out", str(out), "--nodes", "300",
+           "--edges", "3000", "--channels", "4", "--heads", "1,3", "--reps", "2", "--inner", "1"]
+    try:
+        done = subprocess.run(cmd, cwd=TREE_ROOT, capture_output=True, text=True, timeout=840)
+    except subprocess.TimeoutExpired as err:
+        pytest.fail(f"kernel_speed did not finish:\nstdout:\n{err.stdout}\nstderr:\n{err.stderr}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(out / "kernel_speed.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted((r["engine"], r["heads"], r["rep"]) for r in rows) == sorted(
+        (e, h, r) for e in ("base", "new") for h in ("1", "3") for r in ("0", "1"))
+    assert all(float(r["fwd_cpu_s"]) > 0 and float(r["bwd_cpu_s"]) > 0 for r in rows)
+    text = (out / "kernel_speed.md").read_text()
+    assert "ratio_total" in text and "| 3 | 2 |" in text
+    assert "max_rel_checksum_diff" in text and "0.0e+00" in text  # the same kernels on both sides: same sums
+
+
+def test_default_output_is_not_under_results():
+    assert os.path.normpath(DEFAULT_OUT).split(os.sep)[0] == ".cache"
