@@ -1,16 +1,25 @@
 """Mini-batch training with distributed neighbour sampling (``--mode sampling``).
 
-Every step, each worker takes a batch of its own training nodes (the seeds), samples their ``L``-hop
-neighbourhood across partitions (:class:`~sarlab.sampling.DistSampler`), fetches the input nodes' features from
-their owners, and runs the ordinary model on the sampled blocks, one :class:`Block` per layer (DGL's message flow
-graphs): layer ``l`` reads source rows ``S_l`` and writes destination rows ``S_{l+1}``, the first rows of
-``S_l``; every destination of layer ``l`` has its own sample for that layer. The gradient of
+Every step, each worker takes a batch of its own training nodes (the seeds) and runs the ordinary model on the
+``L``-hop neighbourhood sampled across partitions, one :class:`Block` per layer (DGL's message flow graphs): layer
+``l`` reads source rows ``S_l`` and writes destination rows ``S_{l+1}``, the first rows of ``S_l``; every
+destination of layer ``l`` has its own sample for that layer. The gradient of
 
 .. math::
     \\mathcal{L} = \\frac{1}{|B|} \\sum_{i \\in B} \\mathrm{CE}(f(x)_i, y_i), \\qquad B = \\bigcup_p B_p
 
-(the batches of all workers in this step) is all-reduced, as DDP does, and Adam steps once per step. With
-``prefetch`` the next batch is sampled and its remote features are in flight while this one computes.
+(the batches of all workers in this step) is all-reduced, as DDP does, and Adam steps once per step.
+
+**Rounds.** A node's sample depends on (seed, epoch, layer, node) only (:mod:`sarlab.sampling`), so the batches of
+a round (``round_batches`` consecutive steps; 0: the whole epoch) are sampled together: layer by layer the union of
+their frontiers is sampled in one exchange (:meth:`~sarlab.sampling.DistSampler.sample_level`; the last layer's
+frontier, the seeds, needs none), the union of their input rows is fetched in one exchange, and each batch's
+blocks are then cut out of the round's tables without communication (:meth:`SampledRound.batch`). The blocks are
+the ones a batch sampled alone would get, bit for bit. A round makes ``2 (L - 1) + 1`` blocking exchanges (a mask
+and a reply per sampled layer, the fetch's mask) and posts one fetch of rows, however many batches it holds, and
+samples and fetches each node once however many of its batches need it; the price is memory: the round's input rows
+stay resident while its batches run, and the id maps (:class:`IdSpace`) take 9 bytes per node of the whole graph.
+With ``prefetch`` the next round is sampled and its features are in flight while this one computes.
 
 The sampled aggregation keeps each layer's full-graph meaning: ``mean``, ``max`` and GAT's softmax run over the
 sampled neighbours; a ``sum`` (GCN's normalised sum) is scaled by ``deg(i) / k_i`` (in-degree over neighbours
@@ -35,13 +44,15 @@ from .comm import Comm
 from .config import SamplingConfig
 from .nn.model import ModelConfig
 from .partition import Partition
-from .sampling import DistSampler, FeatureFetch, GraphStore, key_of, node_keys
+from .sampling import DistSampler, FeatureFetch, GraphStore, Level, key_of, node_keys, segments
 from .shards import Shard, ShardedGraph, ShardIndex
 from .train import TrainConfig, Trainer
-from .validate_data import InputError
+from .validate_data import InputError, check_int
 
-#: key of the per-epoch shuffle of the training nodes (hops use their layer number, 0..L-1)
+#: key of the per-epoch shuffle of the training nodes (layers use their number, 0..L-1)
 _SHUFFLE = 1 << 20
+#: batches sampled together when the trainer is not told (0: one round per epoch)
+DEFAULT_ROUND_BATCHES = 0
 
 
 class Block:
@@ -95,11 +106,13 @@ class Block:
 
 
 class MiniBatch(NamedTuple):
-    """One step's blocks (layer 0 first), the global ids of its input rows ``S_0`` and its seeds' local rows."""
+    """One step's blocks (layer 0 first), the global ids of its input rows ``S_0``, its seeds' local rows and where
+    its input rows sit in its round's tables."""
 
     blocks: list
     input_ids: torch.Tensor
     seed_rows: torch.Tensor
+    input_rows: torch.Tensor
 
     def layer(self, index: int) -> Block:
         return self.blocks[index]
@@ -109,31 +122,137 @@ class MiniBatch(NamedTuple):
         return sum(b.num_edges for b in self.blocks)
 
 
-def _positions(sources: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """Position of every id in ``sources`` (all present, ``sources`` without repeats)."""
-    ordered, order = torch.sort(sources)
-    return order[torch.searchsorted(ordered, ids)]
+class LayerTable(NamedTuple):
+    """One layer's samples of a round, over the round's input rows: ``row_of[i]`` is input ``i``'s row in the
+    CSR (``-1``: not sampled at this layer), whose ``neighbours`` are input rows too."""
+
+    row_of: torch.Tensor
+    rowptr: torch.Tensor
+    neighbours: torch.Tensor
+    degree: torch.Tensor
+    orig: torch.Tensor
 
 
-def sample_batch(sampler: DistSampler, comm: Comm, config, seed_rows: torch.Tensor, fanouts: tuple,
-                 seed: int, epoch: int) -> MiniBatch:
-    """Sample the blocks of the seeds (local rows); every worker calls it at once (hop ``h`` samples layer
-    ``L - h`` with ``fanouts[h - 1]``, keyed by (seed, epoch, layer))."""
-    layers = len(fanouts)
-    level = seed_rows + sampler.store.node_start  # S_{l+1}, global ids
-    blocks: list[Block] = []
+class IdSpace:
+    """Sets of global ids and their positions in linear time, over two arrays of one entry per node of the graph
+    (reused: they are left clean after every call).
+
+    Args:
+        num_ids: nodes of the whole graph.
+    """
+
+    def __init__(self, num_ids: int):
+        self.seen = torch.zeros(num_ids, dtype=torch.bool)
+        self.position = torch.full((num_ids,), -1, dtype=torch.long)
+
+    def union(self, parts: list[torch.Tensor]) -> torch.Tensor:
+        """The sorted distinct ids of ``parts``."""
+        for ids in parts:
+            self.seen[ids] = True
+        out = torch.nonzero(self.seen).view(-1)
+        self.seen[out] = False
+        return out
+
+    def tables(self, levels: list[Level], inputs: torch.Tensor) -> list[LayerTable]:
+        """``levels`` in positions of the sorted ``inputs`` (which hold every id of every level)."""
+        self.position[inputs] = torch.arange(inputs.numel())
+        out = []
+        for level in levels:
+            row_of = torch.full((inputs.numel(),), -1, dtype=torch.long)
+            row_of[self.position[level.ids]] = torch.arange(level.ids.numel())
+            out.append(LayerTable(row_of, level.rowptr, self.position[level.neighbours], level.degree, level.orig))
+        self.position[inputs] = -1
+        return out
+
+
+class SampledRound:
+    """The samples of a round of batches (the union of their frontiers, layer by layer) and the features of its
+    input rows, in flight until :meth:`wait`.
+
+    Args:
+        inputs: sorted global ids of the round's input rows (every batch's ``S_0``, hence every ``S_l``).
+        tables: one :class:`LayerTable` per hop (hop 1, the last layer, first).
+        fetch: the posted fetch of the inputs' features and in-degrees.
+        own_rows: ``(first, last)``: ``inputs[first:last]`` are this worker's nodes.
+        node_start: this worker's first global id.
+        num_local: its number of nodes.
+    """
+
+    def __init__(self, inputs: torch.Tensor, tables: list[LayerTable], fetch: FeatureFetch, own_rows: tuple,
+                 node_start: int, num_local: int):
+        self.inputs, self.tables, self.fetch = inputs, tables, fetch
+        first, last = own_rows
+        self.input_of_local = torch.full((num_local,), -1, dtype=torch.long)  # where a seed (local row) sits
+        self.input_of_local[inputs[first:last] - node_start] = torch.arange(first, last)
+        # scratch of batch(), clean between calls: a row's source slot, whether it is a source yet
+        self.slot = torch.full((inputs.numel(),), -1, dtype=torch.long)
+        self.seen = torch.zeros(inputs.numel(), dtype=torch.bool)
+
+    def wait(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(features [inputs, F], in-degree [inputs])`` once they have arrived."""
+        return self.fetch.wait()
+
+    def batch(self, seed_rows: torch.Tensor, comm: Comm, config) -> MiniBatch:
+        """The blocks of the batch of seeds ``seed_rows`` (local rows of this round's seeds): hop by hop, the
+        level's sampled in-edges, its sources the level followed by the new sources in id order."""
+        slot, seen = self.slot, self.seen
+        level = self.input_of_local[seed_rows]  # S_{l+1} as input rows
+        blocks: list[Block] = []
+        for table in self.tables:
+            rows = table.row_of[level]
+            assert bool((rows >= 0).all()), "a batch node missing from its round's samples"
+            first = table.rowptr[rows]
+            edge_dst, offset = segments(table.rowptr[rows + 1] - first)
+            neighbours = table.neighbours[first[edge_dst] + offset]
+            seen[neighbours] = True
+            seen[level] = False
+            new = torch.nonzero(seen).view(-1)  # sorted input rows = sorted global ids
+            seen[new] = False
+            sources = torch.cat([level, new])
+            slot[sources] = torch.arange(sources.numel())
+            edge_src = slot[neighbours]
+            slot[sources] = -1
+            block = Block(comm, config, edge_src, edge_dst, level.numel(), sources.numel(), table.degree[rows],
+                          table.orig[rows])
+            if blocks:
+                blocks[0].src_in_degree = block.in_degree  # the sources of the layer above are this one's dsts
+            blocks.insert(0, block)
+            level = sources
+        return MiniBatch(blocks, self.inputs[level], seed_rows, level)
+
+
+class Scratch:
+    """A grow-only buffer: :meth:`take` hands out its first rows, reallocating (with room to grow) when short."""
+
+    def __init__(self):
+        self.buffer: torch.Tensor | None = None
+
+    def take(self, rows: int, tail: tuple = (), dtype: torch.dtype = torch.long) -> torch.Tensor:
+        buf = self.buffer
+        if buf is None or buf.shape[0] < rows or tuple(buf.shape[1:]) != tuple(tail) or buf.dtype != dtype:
+            # untouched pages of the headroom are never resident
+            self.buffer = buf = torch.empty((rows + rows // 4 + 1, *tail), dtype=dtype)
+        return buf[:rows]
+
+
+def sample_round(sampler: DistSampler, ids: IdSpace, seed_rows: torch.Tensor, fanouts: tuple, seed: int, epoch: int,
+                 features: torch.Tensor, buffers: tuple[Scratch, Scratch] | None = None) -> SampledRound:
+    """Sample the union of the seeds' (local rows) neighbourhoods and post the fetch of its input rows; every
+    worker calls it at once. Hop ``h`` samples layer ``L - h`` with ``fanouts[h - 1]``, keyed by (seed, epoch,
+    layer); ``buffers``: where the fetched features and in-degrees land (fresh tensors when not given)."""
+    store, layers = sampler.store, len(fanouts)
+    frontier = ids.union([seed_rows + store.node_start])
+    levels = []
     for hop, fanout in enumerate(fanouts):
-        layer = layers - 1 - hop
-        sample = sampler.hop(level, fanout, key_of(seed, epoch, layer))
-        new = sample.edge_src[~torch.isin(sample.edge_src, level)]
-        sources = torch.cat([level, torch.unique(new)])
-        block = Block(comm, config, _positions(sources, sample.edge_src), sample.edge_dst, level.numel(),
-                      sources.numel(), sample.degree, sample.orig)
-        if blocks:
-            blocks[0].src_in_degree = sample.degree  # the sources of the layer above are this layer's destinations
-        blocks.insert(0, block)
-        level = sources
-    return MiniBatch(blocks, level, seed_rows)
+        level = sampler.sample_level(frontier, fanout, key_of(seed, epoch, layers - 1 - hop), remote=hop > 0)
+        levels.append(level)
+        frontier = ids.union([frontier, level.neighbours])
+    n = frontier.numel()
+    out = (None, None) if buffers is None else \
+        (buffers[0].take(n, tuple(features.shape[1:]), features.dtype), buffers[1].take(n))
+    fetch = sampler.fetch(frontier, features, *out)
+    own = store.bounds(frontier)[store.rank:store.rank + 2]
+    return SampledRound(frontier, ids.tables(levels, frontier), fetch, tuple(own), store.node_start, store.num_nodes)
 
 
 class MiniBatchTrainer(Trainer):
@@ -147,10 +266,11 @@ class MiniBatchTrainer(Trainer):
         part: its partition.
         model_cfg, train_cfg: the model and the optimisation (no MFG, label augmentation or C&S).
         sampling: fan-outs, batch size, prefetch.
+        round_batches: batches sampled together (0: the epoch's; see the module docstring).
     """
 
     def __init__(self, graph: ShardedGraph, part: Partition, model_cfg: ModelConfig, train_cfg: TrainConfig,
-                 sampling: SamplingConfig):
+                 sampling: SamplingConfig, round_batches: int = DEFAULT_ROUND_BATCHES):
         if train_cfg.mfg or train_cfg.label_aug or train_cfg.correct_smooth:
             raise InputError("sampling trains on sampled mini-batches: MFG pruning, label augmentation and "
                              "Correct & Smooth are full-batch options; drop them or use mode sar/sa/oneshot")
@@ -159,8 +279,9 @@ class MiniBatchTrainer(Trainer):
         if len(sampling.fanouts) != model_cfg.layers:
             raise InputError(f"{len(sampling.fanouts)} fan-out(s) for a {model_cfg.layers}-layer model: give one per "
                              "layer, or 'all'")
+        check_int("batches per sampling round (0: all of an epoch's)", round_batches, 0)
         super().__init__(graph, part, model_cfg, train_cfg)
-        self.sampling = sampling
+        self.sampling, self.round_batches = sampling, round_batches
         comm = graph.comm
         group = dist.new_group(list(range(comm.world))) if comm.world > 1 else None
         self.sample_comm = Comm(comm.rank, comm.world, group)
@@ -170,6 +291,12 @@ class MiniBatchTrainer(Trainer):
         counts[comm.rank] = self.train_rows.numel()
         graph.all_reduce(counts)
         self.steps = max(1, math.ceil(int(counts.max()) / sampling.batch_size))
+        # a round's features land in one of two buffers (the next round's arrive while this one's are read);
+        # every batch's input rows are gathered into one more
+        self._round_buffers = [(Scratch(), Scratch()), (Scratch(), Scratch())]
+        self._rounds_made = 0
+        self._batch_rows = Scratch()
+        self._ids = IdSpace(int(self.sampler.store.node_starts[-1]))
 
     def batches(self, epoch: int) -> list[torch.Tensor]:
         """This worker's training rows of ``epoch`` in :attr:`steps` near-equal batches (shuffled by a hash of
@@ -178,11 +305,27 @@ class MiniBatchTrainer(Trainer):
         shuffled = self.train_rows[torch.argsort(keys, stable=True)]
         return list(torch.tensor_split(shuffled, self.steps))
 
-    def prepare(self, seed_rows: torch.Tensor, epoch: int) -> tuple[MiniBatch, FeatureFetch]:
-        """Sample a batch and post the fetch of its input features."""
-        batch = sample_batch(self.sampler, self.graph.comm, self.graph.config, seed_rows, self.sampling.fanouts,
-                             self.model.cfg.seed, epoch)
-        return batch, self.sampler.fetch(batch.input_ids, self.x)
+    def rounds(self) -> list[range]:
+        """The steps of an epoch grouped into sampling rounds."""
+        size = self.round_batches or self.steps
+        return [range(first, min(first + size, self.steps)) for first in range(0, self.steps, size)]
+
+    def prepare(self, batches: list[torch.Tensor], epoch: int) -> SampledRound:
+        """Sample a round of batches (seeds as local rows) and post the fetch of its input features."""
+        buffers = self._round_buffers[self._rounds_made % 2]
+        self._rounds_made += 1
+        return sample_round(self.sampler, self._ids, torch.cat(batches), self.sampling.fanouts, self.model.cfg.seed,
+                            epoch, self.x, buffers)
+
+    def batch_inputs(self, sampled: SampledRound, seed_rows: torch.Tensor) -> tuple[MiniBatch, torch.Tensor]:
+        """The blocks of one batch of a round whose features have arrived, and its input rows (gathered into a
+        buffer that the next batch reuses)."""
+        batch = sampled.batch(seed_rows, self.graph.comm, self.graph.config)
+        rows, degree = sampled.wait()
+        x = torch.index_select(rows, 0, batch.input_rows,
+                               out=self._batch_rows.take(batch.input_rows.numel(), tuple(rows.shape[1:]), rows.dtype))
+        batch.blocks[0].src_in_degree = degree[batch.input_rows]
+        return batch, x
 
     def batch_gradients(self, batch: MiniBatch, x: torch.Tensor, num_seeds: float, key: int):
         """Forward and backward of one step: (logits of the seeds, this worker's summed loss, all-reduced grads of
@@ -204,7 +347,8 @@ class MiniBatchTrainer(Trainer):
         self.sample_comm.stats.reset()
 
     def step(self, epoch: int, baseline: int) -> dict:
-        """One epoch of mini-batch steps (timed, peak memory measured), then optional full-graph evaluation."""
+        """One epoch of mini-batch steps, round by round (timed, peak memory measured), then optional full-graph
+        evaluation."""
         for group in self.opt.param_groups:
             group["lr"] = self.train_cfg.lr_at(epoch)
         self._stats_reset()
@@ -212,36 +356,45 @@ class MiniBatchTrainer(Trainer):
         t0 = time.perf_counter()
         batches = self.batches(epoch)
         sizes = self.graph.all_reduce(torch.tensor([float(b.numel()) for b in batches], dtype=torch.float64))
-        prefetch = self.sampling.prefetch
+        prefetch, rounds = self.sampling.prefetch, self.rounds()
         t_sample = time.perf_counter()
-        pending = self.prepare(batches[0], epoch)
+        pending = self.prepare([batches[s] for s in rounds[0]], epoch)
         sample_s, fetch_wait_s = time.perf_counter() - t_sample, 0.0
         totals = torch.zeros(2, dtype=torch.float64)  # summed loss, correct predictions
-        shape = torch.zeros(4, dtype=torch.float64)  # input rows, remote input rows, sampled edges, seeds
-        for s in range(self.steps):
-            batch, fetch = pending
+        # input rows, remote input rows, sampled edges, seeds (per batch, summed); the rounds' input and remote rows
+        shape = torch.zeros(6, dtype=torch.float64)
+        end = self.graph.node_start + self.graph.num_nodes
+        for r, steps in enumerate(rounds):
+            sampled = pending
             t_wait = time.perf_counter()
-            x, degree = fetch.wait()
+            sampled.wait()
             fetch_wait_s += time.perf_counter() - t_wait
-            batch.blocks[0].src_in_degree = degree
-            owned = self.sampler.store.owner(batch.input_ids) == self.graph.rank
-            shape += torch.tensor([batch.input_ids.numel(), float((~owned).sum()), batch.num_edges,
-                                   batch.seed_rows.numel()], dtype=torch.float64)
-            if prefetch and s + 1 < self.steps:
+            inputs = sampled.inputs
+            remote = float(((inputs < self.graph.node_start) | (inputs >= end)).sum())
+            shape[4:] += torch.tensor([inputs.numel(), remote], dtype=torch.float64)
+            if prefetch and r + 1 < len(rounds):
                 t_sample = time.perf_counter()
-                pending = self.prepare(batches[s + 1], epoch)
+                pending = self.prepare([batches[s] for s in rounds[r + 1]], epoch)
                 sample_s += time.perf_counter() - t_sample
-            logits, loss_sum, grads = self.batch_gradients(batch, x, float(sizes[s]), epoch * self.steps + s)
-            del x, batch
-            for p, g in zip(self.params, grads):
-                p.grad = g
-            self.opt.step()
-            self.opt.zero_grad(set_to_none=True)
-            totals += torch.tensor([loss_sum, float((logits.argmax(1) == self.y[batches[s]]).sum())],
-                                   dtype=torch.float64)
-            if not prefetch and s + 1 < self.steps:
+            for s in steps:
                 t_sample = time.perf_counter()
-                pending = self.prepare(batches[s + 1], epoch)
+                batch, x = self.batch_inputs(sampled, batches[s])
+                sample_s += time.perf_counter() - t_sample
+                ids = batch.input_ids
+                shape[:4] += torch.tensor([ids.numel(), float(((ids < self.graph.node_start) | (ids >= end)).sum()),
+                                           batch.num_edges, batch.seed_rows.numel()], dtype=torch.float64)
+                logits, loss_sum, grads = self.batch_gradients(batch, x, float(sizes[s]), epoch * self.steps + s)
+                del x, batch
+                for p, g in zip(self.params, grads):
+                    p.grad = g
+                self.opt.step()
+                self.opt.zero_grad(set_to_none=True)
+                totals += torch.tensor([loss_sum, float((logits.argmax(1) == self.y[batches[s]]).sum())],
+                                       dtype=torch.float64)
+            del sampled
+            if not prefetch and r + 1 < len(rounds):
+                t_sample = time.perf_counter()
+                pending = self.prepare([batches[s] for s in rounds[r + 1]], epoch)
                 sample_s += time.perf_counter() - t_sample
         epoch_time = time.perf_counter() - t0
         peak = memory.peak_bytes()
@@ -261,12 +414,13 @@ class MiniBatchTrainer(Trainer):
             "bytes_sent": sent, "bytes_recv": recv, "peak_mem_bytes": peak, "baseline_mem_bytes": baseline,
             "loss": float(totals[0]) / max(num_train, 1.0), "train_acc": float(totals[1]) / max(num_train, 1.0),
             "val_acc": val_acc, "test_acc": test_acc, "lr": self.train_cfg.lr_at(epoch), "steps": self.steps,
-            "sample_s": sample_s, "fetch_wait_s": fetch_wait_s, "input_rows": float(shape[0]),
-            "remote_input_rows": float(shape[1]), "sampled_edges": float(shape[2]), "seeds": float(shape[3]),
+            "rounds": len(rounds), "sample_s": sample_s, "fetch_wait_s": fetch_wait_s,
+            "input_rows": float(shape[0]), "remote_input_rows": float(shape[1]), "sampled_edges": float(shape[2]),
+            "seeds": float(shape[3]), "round_input_rows": float(shape[4]), "round_remote_rows": float(shape[5]),
         }
 
     def config_columns(self) -> dict:
         out = super().config_columns()
         out.update(fanouts=self.sampling.label(), batch_size=self.sampling.batch_size,
-                   sampling_prefetch=self.sampling.prefetch)
+                   sampling_prefetch=self.sampling.prefetch, round_batches=self.round_batches)
         return out

@@ -2,26 +2,33 @@
 
 Each worker holds its partition's in-edges (the :class:`GraphStore`: a CSR over its own nodes whose columns are
 the neighbours' global ids, the renumbered ids of :mod:`sarlab.partition`, and their original ids) and its nodes'
-features. A node is sampled by its owner: a worker asks every peer, in one message per peer and hop, for the
-samples of the frontier nodes that peer owns, and the owner answers with each node's in-degree, original id and
-sampled neighbours (DistDGL's scheme; PyG's ``torch_geometric.distributed`` does the same over RPC). Features of
-the input nodes are fetched from their owners the same way, the reply posted without waiting for it
-(:class:`FeatureFetch`), so that it can overlap the computation of the mini-batch before.
+features. A node is sampled by its owner: a worker asks every peer, in one message per peer and layer, for the
+samples of the nodes that peer owns, and the owner answers with each node's in-degree, original id and sampled
+neighbours (DistDGL's scheme; PyG's ``torch_geometric.distributed`` does the same over RPC). Features of the input
+nodes are fetched from their owners the same way, the reply posted without waiting for it (:class:`FeatureFetch`),
+so that it can overlap the computation of the mini-batches before.
 
 **Semantics.** Node ``v`` at layer ``l`` of epoch ``e`` gets ``min(k, deg v)`` of its in-edges, uniformly without
 replacement, by Floyd's algorithm over the positions of its in-edges listed in the order of their sources'
 original ids: draw ``i = 0..k-1`` takes ``t`` uniform in ``[0, d - k + i]`` from ``hash(seed, e, l, orig(v), i)``
 and keeps ``t``, or ``d - k + i`` when ``t`` was taken already (every ``k``-subset equally likely). Order and draws
 depend on original ids only, so a node's sample is the same whichever worker owns it and for any number of
-workers; it is also the same in every mini-batch of the epoch that needs it. Fan-out ``all`` takes every in-edge.
+workers; it is also the same in every mini-batch of the epoch that needs it, which is what lets a worker sample
+the union of several batches' frontiers at once (:meth:`DistSampler.sample_level`) and cut each batch's blocks out
+of it. Fan-out ``all`` takes every in-edge.
+
+**Requests.** Node sets travel as sorted global ids, so the nodes a worker wants from peer ``q`` are one slice, and
+the request is a bit mask over ``q``'s node range (``ceil(n_q / 8)`` bytes, a size both sides know): no size
+exchange precedes it, and the owner answers in its own row order, which is the requester's order too. A layer's
+samples then cost one mask exchange and one reply (two for fan-out ``all``, whose reply length the requester cannot
+know), a feature fetch one mask exchange and the rows.
 
 **Transport.** The existing point-to-point layer (:meth:`sarlab.comm.Comm.exchange`, gloo ``batch_isend_irecv``)
 on a process group of its own, so that a feature fetch in flight never shares tags with the trainer's
-all-reduces. Every worker runs the same number of hops and steps, so each exchange is an all-to-all that every
-worker joins, with a size exchange first where the receiver cannot know the size. (torch RPC works on this torch
-with TensorPipe, but needs its own rendezvous and transport set-up inside the emulated networks, runs a thread
-pool in every worker and is not counted by :class:`~sarlab.comm.CommStats`; batched per hop, lock-step requests
-gain nothing from its asynchrony.)
+all-reduces. Every worker makes the same calls in the same order, so each exchange is an all-to-all that every
+worker joins. (torch RPC works on this torch with TensorPipe, but needs its own rendezvous and transport set-up
+inside the emulated networks, runs a thread pool in every worker and is not counted by
+:class:`~sarlab.comm.CommStats`; batched per layer, lock-step requests gain nothing from its asynchrony.)
 """
 from __future__ import annotations
 
@@ -34,9 +41,10 @@ from .config import ALL_NEIGHBOURS
 from .partition import Partition
 
 # tags of the sampler's messages (its own process group; distinct kinds never match each other)
-TAG_SIZES, TAG_REQUEST, TAG_META, TAG_NEIGHBOURS, TAG_ROWS, TAG_DEGREES, TAG_SETUP = 21, 22, 23, 24, 25, 26, 27
+TAG_MASKS, TAG_SAMPLES, TAG_NEIGHBOURS, TAG_ROWS, TAG_DEGREES, TAG_SETUP = 21, 22, 23, 24, 25, 26
 
 _MASK32 = 0xFFFFFFFF
+_BITS = torch.arange(8, dtype=torch.uint8)
 
 
 def _mix32(x: torch.Tensor) -> torch.Tensor:
@@ -64,6 +72,18 @@ def segments(counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     seg = torch.repeat_interleave(torch.arange(counts.numel()), counts)
     starts = torch.cumsum(counts, 0) - counts
     return seg, torch.arange(seg.numel()) - starts[seg]
+
+
+def pack_mask(mask: torch.Tensor) -> torch.Tensor:
+    """``[ceil(n / 8)]`` uint8: bit ``j % 8`` of byte ``j // 8`` is ``mask[j]`` (numpy's little bit order)."""
+    padded = torch.zeros(-(-mask.numel() // 8) * 8, dtype=torch.uint8)
+    padded[:mask.numel()] = mask
+    return (padded.view(-1, 8) << _BITS).sum(1).to(torch.uint8)
+
+
+def unpack_mask(packed: torch.Tensor, n: int) -> torch.Tensor:
+    """The ``[n]`` bool mask that :func:`pack_mask` packed."""
+    return ((packed.unsqueeze(1) >> _BITS) & 1).view(-1)[:n].bool()
 
 
 class Sample(NamedTuple):
@@ -94,6 +114,7 @@ class GraphStore:
         self.node_starts, self.rank = node_starts, rank
         self.node_start = int(node_starts[rank])
         self.degree = rowptr[1:] - rowptr[:-1]
+        self.part_sizes = (node_starts[1:] - node_starts[:-1]).tolist()
 
     @property
     def num_nodes(self) -> int:
@@ -154,9 +175,9 @@ class GraphStore:
         rowptr, neighbours = cls.canonical(dst, src, src, num_nodes)
         return cls(rowptr, neighbours, torch.arange(num_nodes), torch.tensor([0, num_nodes]), 0)
 
-    def owner(self, ids: torch.Tensor) -> torch.Tensor:
-        """The part that owns each global id."""
-        return torch.searchsorted(self.node_starts, ids, right=True) - 1
+    def bounds(self, ids: torch.Tensor) -> list[int]:
+        """``[P + 1]`` offsets: the sorted global ``ids`` that part ``q`` owns are ``ids[bounds[q]:bounds[q + 1]]``."""
+        return torch.searchsorted(ids, self.node_starts).tolist()
 
     def sample(self, rows: torch.Tensor, fanout: int, key: int) -> Sample:
         """Samples of the local ``rows``: ``min(fanout, degree)`` in-edges each, uniformly without replacement
@@ -164,19 +185,17 @@ class GraphStore:
         degree, orig = self.degree[rows], self.orig_ids[rows]
         counts = degree if fanout == ALL_NEIGHBOURS else degree.clamp(max=fanout)
         seg, offset = segments(counts)
-        big = degree > counts  # nodes that keep fanout of their in-edges
-        if bool(big.any()):
-            positions = floyd_positions(degree[big], fanout, node_keys(key, orig[big]))
-            where = big[seg]
-            rank_of_big = torch.cumsum(big, 0) - 1
-            offset = offset.clone()
-            offset[where] = positions[rank_of_big[seg[where]], offset[where]]
+        big = torch.nonzero(degree > counts).view(-1)  # nodes that keep fanout of their in-edges
+        if big.numel():  # their segments hold exactly fanout items: overwrite them with Floyd's positions
+            starts = torch.cumsum(counts, 0) - counts
+            slots = (starts[big].unsqueeze(1) + torch.arange(fanout)).view(-1)
+            offset[slots] = floyd_positions(degree[big], fanout, node_keys(key, orig[big])).view(-1)
         return Sample(degree, orig, counts, self.neighbours[self.rowptr[rows][seg] + offset])
 
 
 def floyd_positions(degree: torch.Tensor, k: int, keys: torch.Tensor) -> torch.Tensor:
     """``[m, k]``: ``k`` distinct positions in ``[0, degree)`` per row (every ``degree > k``), uniformly without
-    replacement, by Floyd's algorithm with draw ``i`` from ``hash(keys, i)``."""
+    replacement, by Floyd's algorithm with draw ``i`` from ``hash(keys, i)`` (all rows at once, draw by draw)."""
     chosen = torch.empty((degree.numel(), k), dtype=torch.long)
     for i in range(k):
         top = degree - k + i  # draw i takes t uniform in [0, top]
@@ -187,62 +206,15 @@ def floyd_positions(degree: torch.Tensor, k: int, keys: torch.Tensor) -> torch.T
     return chosen
 
 
-def exchange_sizes(comm: Comm, counts: dict[int, int]) -> dict[int, int]:
-    """Tell every peer how many items it will get from me; returns how many I get from each."""
-    sends = [(peer, torch.tensor([counts.get(peer, 0)], dtype=torch.long)) for peer in range(comm.world)
-             if peer != comm.rank]
-    recvs = [(peer, torch.empty(1, dtype=torch.long)) for peer in range(comm.world) if peer != comm.rank]
-    comm.exchange(sends, recvs, TAG_SIZES).wait()
-    return {peer: int(t[0]) for peer, t in recvs}
+class Level(NamedTuple):
+    """Samples of a sorted set of ``m`` nodes at one layer: their global ids, in-degrees and original ids, and
+    their sampled in-edges as a CSR (``rowptr [m + 1]``, the sources' global ``neighbours``)."""
 
-
-def all_to_all(comm: Comm, sends: dict[int, torch.Tensor], recv_sizes: dict[int, int], tag: int,
-               tail: tuple = (), dtype: torch.dtype = torch.long) -> tuple[dict[int, torch.Tensor], Pending]:
-    """Post ``sends[peer]`` to every peer and receive ``recv_sizes[peer]`` rows from each (not waited)."""
-    recvs = {peer: torch.empty((size, *tail), dtype=dtype) for peer, size in recv_sizes.items()}
-    pending = comm.exchange(list(sends.items()), list(recvs.items()), tag)
-    return recvs, pending
-
-
-class Requests(NamedTuple):
-    """Items grouped by owner: ``positions[peer]`` where peer's items sit in the original order, and ``ids``."""
-
-    positions: dict
-    ids: dict
-
-
-def group_by_owner(store: GraphStore, ids: torch.Tensor) -> Requests:
-    """``ids`` grouped by the part that owns them (every part present, possibly empty)."""
-    owner = store.owner(ids)
-    order = torch.argsort(owner, stable=True)
-    counts = torch.bincount(owner, minlength=store.node_starts.numel() - 1).tolist()
-    positions, groups, first = {}, {}, 0
-    for peer, count in enumerate(counts):
-        positions[peer] = order[first:first + count]
-        groups[peer] = ids[positions[peer]]
-        first += count
-    return Requests(positions, groups)
-
-
-def request(comm: Comm, requests: Requests) -> dict[int, torch.Tensor]:
-    """Send every peer the ids I want from it; returns the ids each peer wants from me (blocking)."""
-    if comm.world == 1:
-        return {}
-    wanted = {peer: ids for peer, ids in requests.ids.items() if peer != comm.rank}
-    sizes = exchange_sizes(comm, {peer: ids.numel() for peer, ids in wanted.items()})
-    received, pending = all_to_all(comm, wanted, sizes, TAG_REQUEST)
-    pending.wait()
-    return received
-
-
-class Hop(NamedTuple):
-    """One hop for ``m`` frontier nodes: their in-degree and original id, and the sampled edges as (position of
-    the destination in the frontier, global id of the source)."""
-
+    ids: torch.Tensor
     degree: torch.Tensor
     orig: torch.Tensor
-    edge_dst: torch.Tensor
-    edge_src: torch.Tensor
+    rowptr: torch.Tensor
+    neighbours: torch.Tensor
 
 
 def _pack(sample: Sample, fanout: int) -> torch.Tensor:
@@ -254,20 +226,8 @@ def _pack(sample: Sample, fanout: int) -> torch.Tensor:
     return out
 
 
-def _reply_in_two(comm: Comm, answers: dict, sizes: dict) -> dict:
-    """Replies of unbounded length (fan-out ``all``): per node (degree, orig, count) first, then the neighbours."""
-    metas, pending = all_to_all(comm, {peer: torch.stack([a.degree, a.orig, a.counts]) for peer, a in answers.items()},
-                                {peer: 3 * m for peer, m in sizes.items()}, TAG_META)
-    pending.wait()
-    metas = {peer: meta.view(3, sizes[peer]) for peer, meta in metas.items()}  # received flat as [3 m]
-    nbrs, pending = all_to_all(comm, {peer: a.neighbours for peer, a in answers.items()},
-                               {peer: int(meta[2].sum()) for peer, meta in metas.items()}, TAG_NEIGHBOURS)
-    pending.wait()
-    return {peer: Sample(meta[0], meta[1], meta[2], nbrs[peer]) for peer, meta in metas.items()}
-
-
 class DistSampler:
-    """Samples hops and fetches rows across partitions; every worker calls the same methods in the same order.
+    """Samples layers and fetches rows across partitions; every worker calls the same methods in the same order.
 
     Args:
         store: this worker's :class:`GraphStore`.
@@ -276,80 +236,103 @@ class DistSampler:
 
     def __init__(self, store: GraphStore, comm: Comm):
         self.store, self.comm = store, comm
+        self.peers = [peer for peer in range(comm.world) if peer != comm.rank]
 
-    def hop(self, frontier: torch.Tensor, fanout: int, key: int) -> Hop:
-        """Sample every frontier node (global ids) at its owner."""
-        store, comm, rank = self.store, self.comm, self.comm.rank
-        requests = group_by_owner(store, frontier)
-        asked = request(comm, requests)
-        answers = {peer: store.sample(ids - store.node_start, fanout, key) for peer, ids in asked.items()}
-        own = store.sample(requests.ids[rank] - store.node_start, fanout, key)
-        replies = {rank: own}
-        if comm.world > 1:
-            sizes = {peer: requests.ids[peer].numel() for peer in asked}
-            if fanout == ALL_NEIGHBOURS:
-                replies.update(_reply_in_two(comm, answers, sizes))
-            else:  # one reply per peer: [degree, orig, count, neighbours padded to the fan-out] per node
-                width = 3 + fanout
-                packed, pending = all_to_all(comm, {peer: _pack(a, fanout) for peer, a in answers.items()},
-                                             {peer: m * width for peer, m in sizes.items()}, TAG_META)
-                pending.wait()
-                for peer, flat in packed.items():
-                    rows = flat.view(sizes[peer], width)
-                    taken = torch.arange(fanout).unsqueeze(0) < rows[:, 2:3]
-                    replies[peer] = Sample(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3:][taken])
-        degree = torch.zeros(frontier.numel(), dtype=torch.long)
-        orig = torch.zeros(frontier.numel(), dtype=torch.long)
-        edge_dst, edge_src = [], []
-        for peer, sample in sorted(replies.items()):
-            positions = requests.positions[peer]
-            degree[positions], orig[positions] = sample.degree, sample.orig
-            edge_dst.append(torch.repeat_interleave(positions, sample.counts))
-            edge_src.append(sample.neighbours)
-        return Hop(degree, orig, torch.cat(edge_dst), torch.cat(edge_src))
+    def ask(self, ids: torch.Tensor, bounds: list[int]) -> dict[int, torch.Tensor]:
+        """Tell every peer which of its nodes I want (a bit mask over its range; ``ids`` sorted global ids);
+        returns the local rows (sorted) every peer wants from me. Blocking."""
+        store = self.store
+        sends, recvs = [], []
+        for peer in self.peers:
+            mask = torch.zeros(store.part_sizes[peer], dtype=torch.bool)
+            mask[ids[bounds[peer]:bounds[peer + 1]] - int(store.node_starts[peer])] = True
+            sends.append((peer, pack_mask(mask)))
+            recvs.append((peer, torch.empty(-(-store.num_nodes // 8), dtype=torch.uint8)))
+        self.comm.exchange(sends, recvs, TAG_MASKS).wait()
+        return {peer: torch.nonzero(unpack_mask(packed, store.num_nodes)).view(-1) for peer, packed in recvs}
 
-    def fetch(self, ids: torch.Tensor, features: torch.Tensor) -> FeatureFetch:
-        """Post the fetch of the feature rows (and in-degrees) of global ``ids`` from their owners; the requests go
-        out and are answered now, the rows arrive while the caller computes (see :meth:`FeatureFetch.wait`)."""
+    def sample_level(self, ids: torch.Tensor, fanout: int, key: int, remote: bool = True) -> Level:
+        """Samples of the sorted global ``ids`` at one layer, each node's drawn by its owner; ``remote=False``
+        promises that every worker's ``ids`` are its own nodes (no exchange at all)."""
         store, comm, rank = self.store, self.comm, self.comm.rank
-        requests = group_by_owner(store, ids)
-        asked = request(comm, requests)
-        own_rows = requests.ids[rank] - store.node_start
-        pendings, rows, degrees, sent = [], {}, {}, []
+        bounds = store.bounds(ids)
+        replies = {rank: store.sample(ids[bounds[rank]:bounds[rank + 1]] - store.node_start, fanout, key)}
+        if not remote:
+            if bounds[rank] != 0 or bounds[rank + 1] != ids.numel():
+                raise ValueError("sample_level(remote=False) got nodes of other workers")
+        elif comm.world > 1:
+            asked = self.ask(ids, bounds)
+            answers = {peer: store.sample(rows, fanout, key) for peer, rows in asked.items()}
+            expected = {peer: bounds[peer + 1] - bounds[peer] for peer in self.peers}
+            replies.update(self._reply_in_two(answers, expected) if fanout == ALL_NEIGHBOURS else
+                           self._reply(answers, expected, fanout))
+        parts = [replies[peer] for peer in sorted(replies)]  # parts own increasing id ranges: the order of ids
+        counts = torch.cat([s.counts for s in parts])
+        rowptr = torch.zeros(counts.numel() + 1, dtype=torch.long)
+        torch.cumsum(counts, 0, out=rowptr[1:])
+        return Level(ids, torch.cat([s.degree for s in parts]), torch.cat([s.orig for s in parts]), rowptr,
+                     torch.cat([s.neighbours for s in parts]))
+
+    def _reply(self, answers: dict, expected: dict, fanout: int) -> dict[int, Sample]:
+        """One reply per peer: ``[degree, orig, count, neighbours padded to the fan-out]`` per node."""
+        width = 3 + fanout
+        recvs = {peer: torch.empty((m, width), dtype=torch.long) for peer, m in expected.items()}
+        self.comm.exchange([(peer, _pack(a, fanout)) for peer, a in answers.items()], list(recvs.items()),
+                           TAG_SAMPLES).wait()
+        taken = torch.arange(fanout).unsqueeze(0)
+        return {peer: Sample(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3:][taken < rows[:, 2:3]])
+                for peer, rows in recvs.items()}
+
+    def _reply_in_two(self, answers: dict, expected: dict) -> dict[int, Sample]:
+        """Replies of unbounded length (fan-out ``all``): (degree, orig, count) per node first, then the
+        neighbours."""
+        metas = {peer: torch.empty((3, m), dtype=torch.long) for peer, m in expected.items()}
+        self.comm.exchange([(peer, torch.stack([a.degree, a.orig, a.counts])) for peer, a in answers.items()],
+                           list(metas.items()), TAG_SAMPLES).wait()
+        nbrs = {peer: torch.empty(int(meta[2].sum()), dtype=torch.long) for peer, meta in metas.items()}
+        self.comm.exchange([(peer, a.neighbours) for peer, a in answers.items()], list(nbrs.items()),
+                           TAG_NEIGHBOURS).wait()
+        return {peer: Sample(meta[0], meta[1], meta[2], nbrs[peer]) for peer, meta in metas.items()}
+
+    def fetch(self, ids: torch.Tensor, features: torch.Tensor, rows_out: torch.Tensor | None = None,
+              degree_out: torch.Tensor | None = None) -> FeatureFetch:
+        """Post the fetch of the feature rows (and in-degrees) of the sorted global ``ids`` from their owners into
+        ``rows_out [len(ids), F]`` and ``degree_out [len(ids)]`` (fresh when not given); the requests are answered
+        now, the rows arrive while the caller computes (see :meth:`FeatureFetch.wait`)."""
+        store, comm, rank = self.store, self.comm, self.comm.rank
+        n = ids.numel()
+        x = torch.empty((n, *features.shape[1:]), dtype=features.dtype) if rows_out is None else rows_out
+        degree = torch.empty(n, dtype=torch.long) if degree_out is None else degree_out
+        bounds = store.bounds(ids)
+        own = ids[bounds[rank]:bounds[rank + 1]] - store.node_start
+        torch.index_select(features, 0, own, out=x[bounds[rank]:bounds[rank + 1]])
+        degree[bounds[rank]:bounds[rank + 1]] = store.degree[own]
+        pendings, sent = [], []
         if comm.world > 1:
-            served = {peer: wanted - store.node_start for peer, wanted in asked.items()}
-            sizes = {peer: requests.ids[peer].numel() for peer in asked}
-            sent = [{p: features[r] for p, r in served.items()}, {p: store.degree[r] for p, r in served.items()}]
-            rows, pending = all_to_all(comm, sent[0], sizes, TAG_ROWS, tuple(features.shape[1:]), features.dtype)
-            pendings.append(pending)
-            degrees, pending = all_to_all(comm, sent[1], sizes, TAG_DEGREES)
-            pendings.append(pending)
-        fetch = FeatureFetch(ids.numel(), requests.positions, features[own_rows], store.degree[own_rows], rows,
-                             degrees, pendings, rank)
-        fetch.sent = sent  # the rows I serve stay alive until the exchange completes
-        return fetch
+            asked = self.ask(ids, bounds)
+            sent = [(peer, features[rows], store.degree[rows]) for peer, rows in asked.items()]
+            pendings.append(comm.exchange([(p, r) for p, r, _ in sent],
+                                          [(p, x[bounds[p]:bounds[p + 1]]) for p in self.peers], TAG_ROWS))
+            pendings.append(comm.exchange([(p, d) for p, _, d in sent],
+                                          [(p, degree[bounds[p]:bounds[p + 1]]) for p in self.peers], TAG_DEGREES))
+        return FeatureFetch(x, degree, pendings, sent)
 
 
 class FeatureFetch:
-    """Feature rows and in-degrees of a list of nodes, some local, some in flight from their owners."""
+    """Feature rows and in-degrees of a sorted list of nodes, some local, some in flight from their owners.
 
-    def __init__(self, count: int, positions: dict, own_rows: torch.Tensor, own_degree: torch.Tensor, rows: dict,
-                 degrees: dict, pendings: list, rank: int):
-        self.count, self.positions, self.rank = count, positions, rank
-        self.own_rows, self.own_degree, self.rows, self.degrees, self.pendings = (own_rows, own_degree, rows, degrees,
-                                                                                  pendings)
-        self.sent: list = []
+    Args:
+        rows, degree: the buffers the rows and degrees land in.
+        pendings: the posted exchanges.
+        sent: the rows this worker serves, kept alive until the exchange completes.
+    """
+
+    def __init__(self, rows: torch.Tensor, degree: torch.Tensor, pendings: list[Pending], sent: list):
+        self.rows, self.degree, self.pendings, self.sent = rows, degree, pendings, sent
 
     def wait(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(features [count, F], in-degree [count])`` in the order of the requested ids."""
         for pending in self.pendings:
             pending.wait()
         self.sent = []
-        x = torch.empty((self.count, *self.own_rows.shape[1:]), dtype=self.own_rows.dtype)
-        degree = torch.empty(self.count, dtype=torch.long)
-        x[self.positions[self.rank]] = self.own_rows
-        degree[self.positions[self.rank]] = self.own_degree
-        for peer, received in self.rows.items():
-            x[self.positions[peer]] = received
-            degree[self.positions[peer]] = self.degrees[peer]
-        return x, degree
+        return self.rows, self.degree

@@ -1,7 +1,9 @@
 """Mini-batch training with distributed neighbour sampling (``sarlab.sampling``, ``sarlab.minibatch``).
 
 References are independent of the code under test: PyG's layers with the same weights on the whole graph (fan-out
-``all``) or on the sampled blocks rebuilt from the edges the workers report, and counts over the graph's edge list.
+``all``) or on the sampled blocks rebuilt from the edges the workers report, counts over the graph's edge list,
+numpy's bit packing, and a plain-Python sampler written from the semantics in :mod:`sarlab.sampling` (its hash,
+Floyd's draws over each node's in-edges by source id, the blocks a batch gets hop by hop).
 Multi-worker cases run real gloo processes.
 """
 from __future__ import annotations
@@ -25,7 +27,7 @@ from sarlab.nn.functional import dropout_by_id
 from sarlab.nn.model import GNN, ModelConfig
 from sarlab.partition import load_manifest, load_part, partition
 from sarlab.reference import ReferenceModel, reference_step
-from sarlab.sampling import GraphStore
+from sarlab.sampling import GraphStore, pack_mask, unpack_mask
 from sarlab.shards import ShardedGraph
 from sarlab.train import TrainConfig
 from sarlab.validate_data import InputError
@@ -85,15 +87,75 @@ def test_samples_are_uniform_without_replacement(graph):
     assert len(pairs) == 10 and all(abs(c / rounds - 0.1) < 5 * sigma for c in pairs.values()), pairs
 
 
+def test_masks_pack_as_numpy_packbits():
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 7, 8, 9, 100):
+        mask = rng.random(n) < 0.3
+        packed = pack_mask(torch.from_numpy(mask))
+        assert packed.dtype == torch.uint8
+        assert packed.numpy().tolist() == np.packbits(mask, bitorder="little").tolist()
+        assert unpack_mask(packed, n).numpy().tolist() == mask.tolist()
+
+
+# ----------------------------------------------------------------------- a plain-Python sampler, the reference
+_M32 = 0xFFFFFFFF
+
+
+def _py_mix(x: int) -> int:
+    x = ((x ^ (x >> 16)) * 0x45D9F3B) & _M32
+    x = ((x ^ (x >> 16)) * 0x45D9F3B) & _M32
+    return x ^ (x >> 16)
+
+
+def _py_key(*parts: int) -> int:
+    key = 0x9E3779B9
+    for part in parts:
+        key = _py_mix(key ^ _py_mix(part & _M32))
+    return key
+
+
+def _py_sample(in_nbrs: dict, v: int, k: int, key: int) -> list:
+    """Node ``v``'s sample (original ids): all in-edges, or Floyd's ``k`` draws over them listed by source id."""
+    srcs = in_nbrs.get(v, [])
+    d = len(srcs)
+    if k == ALL_NEIGHBOURS or d <= k:
+        return list(srcs)
+    node_key = _py_mix(_py_mix((v & _M32) ^ key) ^ (key >> 3))
+    chosen: list = []
+    for i in range(k):
+        top = d - k + i
+        t = (_py_mix(_py_mix(node_key ^ i) ^ 0x5BD1E995) * (top + 1)) >> 32
+        chosen.append(top if t in chosen else t)
+    return [srcs[t] for t in chosen]
+
+
+def _py_blocks(in_nbrs: dict, seeds: list, fanouts: tuple, seed: int, epoch: int) -> list:
+    """The blocks of a batch sampled alone, layer 0 first: destinations, sampled edges (dst, src), sources."""
+    level, out = list(seeds), []
+    for hop, k in enumerate(fanouts):
+        key = _py_key(seed, epoch, len(fanouts) - 1 - hop)
+        edges = [(v, u) for v in level for u in _py_sample(in_nbrs, v, k, key)]
+        new = sorted({u for _, u in edges} - set(level))
+        out.insert(0, {"dst": set(level), "edges": sorted(edges), "src": set(level) | set(new)})
+        level = level + new
+    return out
+
+
+def _in_neighbours(graph) -> dict:
+    order = np.lexsort((graph.src, graph.dst))
+    in_nbrs: dict = {}
+    for u, v in zip(graph.src[order].tolist(), graph.dst[order].tolist()):
+        in_nbrs.setdefault(v, []).append(u)
+    return in_nbrs
+
+
 # ------------------------------------------------------------------------------------------- distributed steps
 def _one_step(part, comm: Comm, model_cfg: ModelConfig, sampling: SamplingConfig, dtype: str) -> dict:
     """One mini-batch step on this worker's first batch: reduced gradients and the batch in global ids."""
     graph = ShardedGraph.from_partition(part, comm, EngineConfig(mode="sar"))
     trainer = MiniBatchTrainer(graph, part, model_cfg, TrainConfig(dtype=dtype), sampling)
     seeds = trainer.batches(0)[0]
-    batch, fetch = trainer.prepare(seeds, 0)
-    x, degree = fetch.wait()
-    batch.blocks[0].src_in_degree = degree
+    batch, x = trainer.batch_inputs(trainer.prepare([seeds], 0), seeds)
     total = float(graph.all_reduce(torch.tensor([float(seeds.numel())], dtype=torch.float64))[0])
     _, _, grads = trainer.batch_gradients(batch, x, total, STEP_KEY)
     levels, sources = [], batch.input_ids
@@ -107,14 +169,38 @@ def _one_step(part, comm: Comm, model_cfg: ModelConfig, sampling: SamplingConfig
             "init": {k: v.clone() for k, v in trainer.model.state_dict().items()}}
 
 
-def _rank_entry(rank: int, world: int, port: int, pdir: str, cases: list, out: str) -> None:
+SAMPLED_EPOCH = 1
+
+
+def _sampled_epoch(part, comm: Comm, model_cfg: ModelConfig, sampling: SamplingConfig, round_batches: int) -> list:
+    """Every batch of one epoch, sampled in rounds of ``round_batches``: its blocks in global ids, its input rows
+    and their in-degrees, the in-degrees of every block's destinations."""
+    graph = ShardedGraph.from_partition(part, comm, EngineConfig(mode="sar"))
+    trainer = MiniBatchTrainer(graph, part, model_cfg, TrainConfig(dtype="float64"), sampling, round_batches)
+    batches, out = trainer.batches(SAMPLED_EPOCH), []
+    for steps in trainer.rounds():
+        sampled = trainer.prepare([batches[s] for s in steps], SAMPLED_EPOCH)
+        for s in steps:
+            batch, x = trainer.batch_inputs(sampled, batches[s])
+            levels, sources = [], batch.input_ids
+            for block in batch.blocks:
+                shard = block.local.local_shard
+                levels.append({"src": sources.clone(), "edge_src": sources[shard.src].clone(),
+                               "edge_dst": sources[shard.dst].clone(), "num_dst": block.num_nodes,
+                               "dst_degree": block.in_degree.clone()})
+                sources = sources[:block.num_nodes]
+            out.append({"levels": levels, "x": x.clone(), "degree": batch.blocks[0].src_in_degree.clone()})
+    return out
+
+
+def _rank_entry(rank: int, world: int, port: int, pdir: str, cases: list, out: str, fn=_one_step) -> None:
     try:
         torch.set_num_threads(1)
         timeout = datetime.timedelta(seconds=120)
         store = dist.TCPStore("127.0.0.1", port, world_size=None, is_master=False, timeout=timeout)
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
         part = load_part(pdir, rank)
-        torch.save([_one_step(part, Comm(rank, world), *case) for case in cases], f"{out}.rank{rank}.pt")
+        torch.save([fn(part, Comm(rank, world), *case) for case in cases], f"{out}.rank{rank}.pt")
         dist.barrier()
         dist.destroy_process_group()
     except BaseException:
@@ -123,25 +209,27 @@ def _rank_entry(rank: int, world: int, port: int, pdir: str, cases: list, out: s
         raise
 
 
-def run_steps(graph, workers: int, cases: list, tmp_path, timeout: float = 300) -> list[list[dict]]:
-    """Partition ``graph`` into ``workers`` parts and run every case's first step on each; [rank][case] results
-    with ids mapped to original node ids."""
+def run_steps(graph, workers: int, cases: list, tmp_path, timeout: float = 300, fn=_one_step) -> list[list]:
+    """Partition ``graph`` into ``workers`` parts and run ``fn`` (every case's first step) on each; [rank][case]
+    results with the blocks' ids mapped to original node ids."""
     pdir = str(tmp_path / f"parts{workers}")
-    partition(graph, workers, pdir)
+    if not os.path.isdir(pdir):
+        partition(graph, workers, pdir)
     if workers == 1:
-        results = [[_one_step(load_part(pdir, 0), Comm(0, 1), *case) for case in cases]]
+        results = [[fn(load_part(pdir, 0), Comm(0, 1), *case) for case in cases]]
     else:
-        out = str(tmp_path / f"step{workers}")
-        spawn_ranks(_rank_entry, workers, (pdir, cases, out), out, timeout)
+        out = str(tmp_path / f"{fn.__name__}{workers}")
+        spawn_ranks(_rank_entry, workers, (pdir, cases, out, fn), out, timeout)
         results = [torch.load(f"{out}.rank{r}.pt", weights_only=True) for r in range(workers)]
     manifest = load_manifest(pdir)
     to_orig = torch.from_numpy(np.concatenate([np.load(os.path.join(pdir, f"part{p}", "orig_ids.npy"))
                                                for p in range(manifest["num_parts"])])).long()
     for rank_results in results:
         for res in rank_results:
-            for level in res["levels"]:
-                for key in ("src", "edge_src", "edge_dst"):
-                    level[key] = to_orig[level[key]]
+            for step in (res if isinstance(res, list) else [res]):
+                for level in step["levels"]:
+                    for key in ("src", "edge_src", "edge_dst"):
+                        level[key] = to_orig[level[key]]
     return results
 
 
@@ -241,6 +329,39 @@ def test_sampled_steps_match_pyg_on_their_blocks_and_samples_do_not_depend_on_wo
     common = set(one) & set(three)
     assert len(common) >= 20
     assert all(one[k] == three[k] for k in common)
+
+
+@pytest.mark.timeout(600)
+def test_rounds_give_every_batch_the_reference_samplers_blocks_and_input_rows(graph, tmp_path):
+    """3 workers, 4-5 batches each: sampled in rounds of 1, 2 and all batches (2 and 3 layers, a fan-out ``all``),
+    every batch's blocks are what a plain-Python sampler draws for its seeds alone, its input rows the graph's
+    features and its in-degrees the graph's; the batches split the training nodes."""
+    cases = [(ModelConfig(model="sage", layers=len(fanouts), hidden=4, seed=9), SamplingConfig(fanouts, 20), rounds)
+             for fanouts, rounds in (((3, 2), 1), ((3, 2), 2), ((3, 2), 0), ((2, ALL_NEIGHBOURS), 3),
+                                     ((3, 2, 2), 0))]
+    results = run_steps(graph, 3, cases, tmp_path, fn=_sampled_epoch)
+    in_nbrs = _in_neighbours(graph)
+    in_degree = np.bincount(graph.dst, minlength=graph.num_nodes)
+    features = torch.from_numpy(graph.features).to(torch.float64)
+    for i, (model_cfg, sampling, _) in enumerate(cases):
+        seeds_seen = []
+        for rank_results in results:
+            assert len(rank_results[i]) >= 3  # several batches, so rounds of 1, 2 and all differ
+            for step in rank_results[i]:
+                levels = step["levels"]
+                seeds = levels[-1]["src"][:levels[-1]["num_dst"]].tolist()
+                seeds_seen += seeds
+                expected = _py_blocks(in_nbrs, seeds, sampling.fanouts, model_cfg.seed, SAMPLED_EPOCH)
+                for level, ref in zip(levels, expected):
+                    dst = level["src"][:level["num_dst"]].tolist()
+                    assert set(dst) == ref["dst"] and len(dst) == len(ref["dst"])
+                    assert sorted(zip(level["edge_dst"].tolist(), level["edge_src"].tolist())) == ref["edges"]
+                    assert set(level["src"].tolist()) == ref["src"] and level["src"].numel() == len(ref["src"])
+                    assert level["dst_degree"].tolist() == in_degree[dst].tolist()
+                inputs = levels[0]["src"]
+                assert torch.equal(step["x"], features[inputs])
+                assert step["degree"].tolist() == in_degree[inputs.numpy()].tolist()
+        assert sorted(seeds_seen) == np.flatnonzero(graph.train_mask).tolist()
 
 
 @pytest.mark.timeout(600)
