@@ -33,7 +33,7 @@ from sarlab.nn.model import ModelConfig
 from sarlab.train import TrainConfig
 
 from .bench import EngineBenchConfig, cached_partition
-from .figures import md_table
+from .figures import md_table, pair_ratio, spread
 from .jobs import Job
 from .launcher import launch
 
@@ -158,10 +158,6 @@ def measure(cfg: SpeedConfig, log=print, progress_csv: str | None = None) -> pd.
     return pd.DataFrame(rows)
 
 
-def _spread(values: pd.Series) -> str:
-    return f"{values.median():.2f} ({values.min():.2f}-{values.max():.2f})"
-
-
 def pair_ratios(runs: pd.DataFrame) -> pd.DataFrame:
     """Per configuration: base/new speed-ups of epoch time and CPU per interleaved pair (median, range),
     absolute medians, and memory ratios new/base (``live`` and ``rss``)."""
@@ -170,10 +166,8 @@ def pair_ratios(runs: pd.DataFrame) -> pd.DataFrame:
         base = d[d.engine == "base"].set_index("rep")
         new = d[d.engine == "new"].set_index("rep")
         rss = d[d.engine == "new-rss"].set_index("rep")
-        common = base.index.intersection(new.index)
-        speed = base.loc[common, "epoch_time_s"] / new.loc[common, "epoch_time_s"]
-        cpu = base.loc[common, "cpu_s"] / new.loc[common, "cpu_s"]
-        row = {"config": spec, "pairs": len(common),
+        speed, cpu = pair_ratio(d, "epoch_time_s"), pair_ratio(d, "cpu_s")
+        row = {"config": spec, "pairs": len(speed),
                "base_epoch_s": base.epoch_time_s.median(), "new_epoch_s": new.epoch_time_s.median(),
                "speedup_median": speed.median(), "speedup_min": speed.min(), "speedup_max": speed.max(),
                "cpu_speedup_median": cpu.median(), "cpu_speedup_min": cpu.min(), "cpu_speedup_max": cpu.max(),
@@ -216,8 +210,9 @@ def write_outputs(runs: pd.DataFrame, cfg: SpeedConfig, out: str, command: str) 
     plt.close(fig)
     cols = ["config", "pairs", "base_epoch_s", "new_epoch_s"]
     table = rat[cols].copy()
-    table["speedup"] = [_spread(runs_speed) for runs_speed in _pair_series(runs, "epoch_time_s")]
-    table["cpu_speedup"] = [_spread(s) for s in _pair_series(runs, "cpu_s")]
+    configs = [d for _, d in runs.groupby("config", sort=False)]
+    table["speedup"] = [spread(pair_ratio(d, "epoch_time_s")) for d in configs]
+    table["cpu_speedup"] = [spread(pair_ratio(d, "cpu_s")) for d in configs]
     table = table.assign(base_peak_mib=rat.base_peak_above_mib, new_rss_peak_mib=rat.new_rss_peak_above_mib,
                          new_live_peak_mib=rat.new_live_peak_above_mib, mem_rss_over_base=rat.mem_rss_over_base,
                          mem_live_over_base=rat.mem_live_over_base, load=[
@@ -239,16 +234,6 @@ def write_outputs(runs: pd.DataFrame, cfg: SpeedConfig, out: str, command: str) 
     with open(os.path.join(out, "engine_speed.md"), "w") as f:
         f.write("\n".join(lines))
     return rat
-
-
-def _pair_series(runs: pd.DataFrame, column: str) -> list[pd.Series]:
-    series = []
-    for _, d in runs.groupby("config", sort=False):
-        base = d[d.engine == "base"].set_index("rep")[column]
-        new = d[d.engine == "new"].set_index("rep")[column]
-        common = base.index.intersection(new.index)
-        series.append(base.loc[common] / new.loc[common])
-    return series
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -40,6 +40,20 @@ def md_table(df: pd.DataFrame) -> str:
     return "\n".join([head, rule, *rows])
 
 
+def pair_ratio(runs: pd.DataFrame, column: str) -> pd.Series:
+    """``base / new`` of ``column`` per interleaved pair: the rows of ``engine`` base and new with the same ``rep``
+    (the side-by-side benchmarks' ratio; above 1 means new is faster)."""
+    base = runs[runs.engine == "base"].set_index("rep")[column]
+    new = runs[runs.engine == "new"].set_index("rep")[column]
+    common = base.index.intersection(new.index)
+    return base.loc[common] / new.loc[common]
+
+
+def spread(values: pd.Series) -> str:
+    """``median (min-max)`` of ratios, two decimals."""
+    return f"{values.median():.2f} ({values.min():.2f}-{values.max():.2f})"
+
+
 def epochs_text(epochs: int) -> str:
     """Which epochs the figure's times are from (epoch 0 is warm-up when there are more)."""
     if epochs <= 1:

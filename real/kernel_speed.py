@@ -33,7 +33,7 @@ import torch
 
 from sarlab.machine import cpu_model, load_1min, today, usable_cores
 
-from .figures import md_table
+from .figures import md_table, pair_ratio, spread
 
 TREE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(".cache", "kernel-speed")
@@ -199,10 +199,6 @@ def measure(cfg: SpeedConfig, log=print) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _spread(values: pd.Series) -> str:
-    return f"{values.median():.2f} ({values.min():.2f}-{values.max():.2f})"
-
-
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     """Per head count: median CPU ms of each engine and phase, ratios base/new per pair (median, min-max), the
     largest relative difference of the result checksums, and the load range."""
@@ -211,15 +207,14 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     for heads, d in runs.groupby("heads"):
         base = d[d.engine == "base"].set_index("rep")
         new = d[d.engine == "new"].set_index("rep")
-        common = base.index.intersection(new.index)
-        row: dict = {"heads": heads, "pairs": len(common)}
+        row: dict = {"heads": heads, "pairs": len(pair_ratio(d, "total_cpu_s"))}
         for phase in PHASES:
             key = f"{phase}_cpu_s"
             row[f"base_{phase}_ms"] = round(base[key].median() * 1e3, 1)
             row[f"new_{phase}_ms"] = round(new[key].median() * 1e3, 1)
         for phase in PHASES:
             key = f"{phase}_cpu_s"
-            row[f"ratio_{phase}"] = _spread(base.loc[common, key] / new.loc[common, key])
+            row[f"ratio_{phase}"] = spread(pair_ratio(d, key))
         sums = [c for c in d.columns if c.startswith("sum_")]
         rel = [(base[c].median() - new[c].median()) / max(abs(base[c].median()), 1e-300) for c in sums]
         row["max_rel_checksum_diff"] = f"{max(abs(r) for r in rel):.1e}" if rel else "n/a"

@@ -51,12 +51,15 @@ def _own_address() -> str:
         return s.getsockname()[0]
 
 
-def _tcp_pair(peer: int) -> tuple[socket.socket, socket.socket]:
-    """(outgoing, incoming) TCP connections to and from rank ``peer``: one per direction."""
-    listener = socket.create_server((_own_address(), 0))
+def _tcp_pair(pair: bool) -> tuple[socket.socket | None, socket.socket | None]:
+    """(outgoing, incoming) TCP connections between ranks 0 and 1, one per direction; every rank calls it (the
+    addresses are gathered collectively), ranks with ``pair`` False get (None, None)."""
+    listener = socket.create_server((_own_address(), 0)) if pair else None
     where = [None] * dist.get_world_size()
-    dist.all_gather_object(where, listener.getsockname())
-    out = socket.create_connection(where[peer])
+    dist.all_gather_object(where, listener.getsockname() if listener else None)
+    if listener is None:
+        return None, None
+    out = socket.create_connection(where[1 - dist.get_rank()])
     inc, _ = listener.accept()
     listener.close()
     return out, inc
@@ -75,11 +78,7 @@ def tcp_samples(nbytes: int, repeats: int) -> dict[str, list[float]]:
     """Seconds per ``tcp_oneway`` and ``tcp_bidir`` sample between ranks 0 and 1 (others only join the barriers)."""
     rank = dist.get_rank()
     data, sink = bytearray(nbytes), memoryview(bytearray(nbytes))
-    out = inc = None
-    if rank < 2:
-        out, inc = _tcp_pair(1 - rank)
-    else:
-        dist.all_gather_object([None] * dist.get_world_size(), None)
+    out, inc = _tcp_pair(rank < 2)
 
     def oneway() -> None:
         if rank == 0:

@@ -1,7 +1,7 @@
 // The extension's entry points, one translation unit each (bindings.cpp exposes them to Python).
 //
-// gat.cpp: fused GAT attention; csr.cpp: CSR transpose and the running max (SAGE max/pool); spmm.cpp: 0/1 shard SpMM; alloc.cpp: the counting
-// (optionally caching) CPU allocator. All kernels are deterministic: every output row is owned by one loop
+// gat.cpp: fused GAT attention; csr.cpp: CSR transpose and the running max (SAGE max/pool); spmm.cpp: 0/1 shard
+// SpMM; alloc.cpp: the counting (optionally caching) CPU allocator. All kernels are deterministic: every output row is owned by one loop
 // iteration (or scattered partial sums by one of a fixed number of parts) and summed in index order, so results do
 // not depend on the thread count.
 #pragma once

@@ -121,13 +121,12 @@ class AttentionAggregation:
         backend = self.backend if self.fused else "torch"
         transpose = shard_transpose(shard, backend)
         s_dst, s_src, grad_out = (t.contiguous() for t in (s_dst, s_src, grad_out))
-        if not self.fused:  # the C++ kernels read z's rows in place (a column slice of the exchanged rows)
-            z_src = z_src.contiguous()
-        if self.fused:
+        if self.fused:  # the C++ kernels read z's rows in place (a column slice of the exchanged rows)
             g_s_dst, g_s_src, g_z = kernels.gat_backward_shard(
                 shard.rowptr, shard.src, s_dst, s_src, z_src, self.slope, m, l, grad_out, delta, backend=backend,
                 transpose=transpose)
         else:
+            z_src = z_src.contiguous()  # once here, not in every chunk's call
             # every chunk adds into one set of accumulators (its destination rows' slice of g_s_dst)
             g_s_dst, g_s_src, g_z = torch.zeros_like(s_dst), torch.zeros_like(s_src), torch.zeros_like(z_src)
             for first, end in _row_chunks(shard.rowptr, UNFUSED_CHUNK_EDGES):
