@@ -104,6 +104,33 @@ def test_bounded_cache_reuses_blocks_and_stays_under_the_live_high_water(compile
     assert out["ones"] == 3 * 2**20  # a reused block holds what the new tensor wrote
 
 
+@pytest.mark.timeout(900)
+def test_cache_serves_a_slightly_smaller_request_from_a_larger_block(compiler):
+    out = _run_fresh("""
+        import json
+        from kernels import alloc
+        alloc.install(cache=True)
+        import torch
+        alloc.reset_peak(high_water=True)
+        a = torch.ones(3 * 2**20)                 # 12 MiB
+        del a                                     # cached
+        s0 = alloc.stats()
+        b = torch.full((11 * 2**18,), 2.0)        # 11 MiB: within 1/8 of the cached 12 MiB block, a hit
+        s1 = alloc.stats()
+        del b
+        c = torch.full((2**21,), 3.0)             # 8 MiB: a third smaller than the cached block, a miss
+        s2 = alloc.stats()
+        print(json.dumps({"s": [s0, s1, s2], "c": float(c.sum())}))
+    """)
+    s0, s1, s2 = out["s"]
+    assert s0["cached"] >= 12 * MiB
+    assert s1["cache_hits"] == s0["cache_hits"] + 1 and s1["cached"] == s0["cached"] - 12 * MiB
+    assert s1["live"] - s0["live"] == 12 * MiB  # the reused block counts its whole size, as it is resident
+    assert s2["cache_misses"] == s1["cache_misses"] + 1 and s2["cache_hits"] == s1["cache_hits"]
+    assert s2["live"] - s0["live"] == 8 * MiB
+    assert out["c"] == 3.0 * 2**21
+
+
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory):
     """A graph whose workers peak at a few hundred MiB above their baseline, so that what only the rss method

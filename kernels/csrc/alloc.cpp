@@ -5,9 +5,11 @@
 // atomic adds per allocation: peak live bytes cost nothing to measure, unlike a resident-set high-water
 // mark, which needs every freed block returned to the kernel and every new one faulted in afresh.
 //
-// Caching: blocks of at least kMinCached bytes are kept on free, by exact (rounded) size, and handed to the
-// next allocation of that size, so an epoch that repeats the last one's shapes reuses resident pages
-// instead of page-faulting and zeroing new ones. The cache is bounded: live + cached bytes never exceed
+// Caching: blocks of at least kMinCached bytes are kept on free, by (rounded) size, and handed to the next
+// allocation that fits (best fit: the smallest cached block at most 1/kFitSlack larger than the request, which
+// then counts the block's whole size as live), so an epoch that repeats the last one's shapes, or a ring round
+// whose peer's rows are a little fewer than another's, reuses resident pages instead of page-faulting and
+// zeroing new ones. The cache is bounded: live + cached bytes never exceed
 // `high_water` (an allocation that misses first frees cached blocks, the smallest one that covers the excess
 // if there is one, else the largest ones), so the resident set never holds more than the run's peak of
 // live bytes. Cached bytes are not live.
@@ -34,6 +36,7 @@ constexpr size_t kMinCached = size_t(1) << 17;  // glibc's mmap threshold as sar
 constexpr size_t kHeader = 64;                   // keeps the data 64-byte aligned, as c10's own allocations
 constexpr size_t kSmallRound = size_t(1) << 12;  // sizes below 1 MiB round to pages, larger ones to 64 KiB
 constexpr size_t kLargeRound = size_t(1) << 16;
+constexpr size_t kFitSlack = 8;  // a cached block serves a request up to 1/8 (12.5 %) smaller than itself
 
 struct State {
   std::atomic<int64_t> live{0}, peak{0}, high_water{0}, allocations{0}, hits{0}, misses{0}, evictions{0};
@@ -116,9 +119,10 @@ struct CountingAllocator final : at::Allocator {
     if (cacheable) {
       size = rounded(n);
       std::lock_guard<std::mutex> lock(s.mu);
-      auto it = s.cache.find(size);
-      if (it != s.cache.end()) {
+      auto it = s.cache.lower_bound(size);  // the smallest cached block that holds n, if not too much larger
+      if (it != s.cache.end() && it->first - size <= size / kFitSlack) {
         base = it->second;
+        size = it->first;  // the block keeps (and counts) its own size
         s.cache.erase(it);
         s.cached -= static_cast<int64_t>(size);
         s.hits.fetch_add(1, std::memory_order_relaxed);
