@@ -7,9 +7,10 @@ torch allocates to a live-byte counter and subtracts it at free; the peak of tha
 With ``cache=True`` freed blocks of 128 KiB and more are kept by size and reused by the next allocation they
 fit (the smallest cached block at most 1/8 larger than the request; the reused block counts its whole size as
 live), so an epoch that repeats the last one's shapes, or a ring round whose peer sends a few rows fewer than
-another, touches resident pages instead of faulting in new ones. The cache is bounded so that live + cached bytes never exceed the highest live bytes since
-installation (or since ``reset_peak(high_water=True)``, which a run calls at its baseline, after emptying
-the cache): the resident set holds no more than the run's live peak needs.
+another, touches resident pages instead of faulting in new ones. The cache is bounded so that live + cached
+bytes never exceed the highest live bytes since installation (or since ``reset_peak(high_water=True)``, which a
+run calls at its baseline, after emptying the cache): the resident set holds no more than the run's live peak
+needs.
 
 Blocks allocated before installation keep their own deleter and are not counted.
 """
