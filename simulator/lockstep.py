@@ -8,8 +8,9 @@ numbers), so instead of one SimPy process per worker, :class:`simulator.schedule
 * compute adds seconds to every rank's clock;
 * an exchange posted in round ``r`` by every rank at once is matched at once: the message ``p -> p + r`` is
   ready when both ends have posted, :math:`\\max(t_p, t_{p+r})`; it holds the sender's send channel and the
-  receiver's receive channel for ``g + b/B`` (first come, first served in posting order: each channel keeps the
-  time it is free) and arrives ``L`` later, as :class:`simulator.network.Network` books it;
+  receiver's receive channel for ``g + b/B`` (``b / (eta B)`` on a shared link end, :mod:`simulator.sharing`;
+  first come, first served in posting order: each channel keeps the time it is free) and arrives ``L`` later, as
+  :class:`simulator.network.Network` books it;
 * waiting for messages moves each clock to the latest delivery (booked as wait);
 * an all-reduce ends for all an all-reduce time after the last rank joined.
 
@@ -31,6 +32,7 @@ from simulator.costs import allreduce_seconds
 from simulator.jitter import jitter_delays
 from simulator.profile import Link
 from simulator.runspec import Placement, RunSpec
+from simulator.sharing import shared_efficiency
 
 
 def applies(run: RunSpec, placement: Placement, workers: int) -> bool:
@@ -174,11 +176,15 @@ class LockstepClocks:
         dst = (p + r) % N
         nbytes = np.broadcast_to(np.asarray(send_bytes, dtype=np.float64), (N,))
         same = self.host == self.host[dst]
+        ready = np.maximum(at, at[dst])  # both ends posted
         bw = np.where(same, self.intra.bandwidth_Bps, self.inter.bandwidth_Bps)
+        # a channel still busy at the ready time: concurrent flows share the link end at a loss (simulator.sharing)
+        shared = (self.send_free > ready) | (self.recv_free[dst] > ready)
+        bw = np.where(shared, bw * np.where(same, shared_efficiency(self.intra), shared_efficiency(self.inter)), bw)
         occupancy = np.where(same, self.intra.gap_s, self.inter.gap_s) + nbytes / bw
         latency = np.where(same, self.intra.latency_s, self.inter.latency_s)
         real = nbytes > 0
-        start = np.maximum(np.maximum(at, at[dst]), self.send_free)  # both ends posted, send channel free
+        start = np.maximum(ready, self.send_free)  # send channel free
         received = np.maximum(start, self.recv_free[dst])
         end = received + occupancy
         self.send_free = np.where(real, start + occupancy, self.send_free)

@@ -10,7 +10,9 @@ so a channel serves its messages first come, first served in the order they were
 its program order). A message goes once both ends are posted and it heads both queues: its bytes stream
 cut-through, leaving the send channel at the later of both ends' post times and the moment that channel is
 free, entering the receive channel once they have started and it is free; each channel is held for
-``g + bytes / B`` (:class:`simulator.profile.Link`) and the message is delivered ``L`` after the receive side
+``g + bytes / B`` (:class:`simulator.profile.Link`; ``g + bytes / (eta B)`` on a
+:class:`simulator.sharing.SharedLink` when one of its channels is still busy once both ends are posted:
+concurrent flows on a shaped link lose throughput) and the message is delivered ``L`` after the receive side
 ends. The network in between buffers what a busy receiver cannot take yet. Messages that share a channel
 queue, which is where contention shows (incast in ``oneshot``'s all-to-all, overlapping prefetched rounds in
 ``sar``); on a balanced all-to-all every receiver then takes one message per round, as a transport sharing
@@ -41,6 +43,7 @@ from simpy.events import NORMAL, PENDING
 
 from simulator.costs import allreduce_seconds
 from simulator.profile import Link
+from simulator.sharing import shared_occupancy
 
 
 class SharedCores:
@@ -242,9 +245,11 @@ class Network:
     def _book(self, msg: Message, link: Link, send_key: Any, recv_key: Any) -> None:
         """Book ``msg`` after whatever its channels have booked so far (cut-through, see the module docstring)."""
         free = self._free
-        occupancy = link.gap_s + msg.nbytes / link.bandwidth_Bps
-        start = max(msg.ready_at, free.get(send_key, 0.0))
-        received = max(start, free.get(recv_key, 0.0))
+        ready, send_free, recv_free = msg.ready_at, free.get(send_key, 0.0), free.get(recv_key, 0.0)
+        # a link end still busy when the message is ready: the two flows share it, at a loss (simulator.sharing)
+        occupancy = shared_occupancy(link, msg.nbytes, send_free > ready or recv_free > ready)
+        start = max(ready, send_free)
+        received = max(start, recv_free)
         free[send_key] = start + occupancy
         free[recv_key] = received + occupancy
         msg.start, msg.end = start, received + occupancy
@@ -319,13 +324,15 @@ class ResourceNetwork(Network):
 
     def _transfer(self, msg: Message) -> Generator[simpy.Event, Any, None]:
         link, send_key, recv_key = self.channels(msg.src, msg.dst)
-        occupancy = link.occupancy(msg.nbytes)
         if msg.ready_at > self.env.now:
             yield self.env.timeout(msg.ready_at - self.env.now)
-        with self._resource(send_key).request() as send:
+        send_res, recv_res = self._resource(send_key), self._resource(recv_key)
+        busy = any(res.count or res.queue for res in (send_res, recv_res))
+        occupancy = shared_occupancy(link, msg.nbytes, busy)
+        with send_res.request() as send:
             yield send
             msg.start = self.env.now
-            self.env.process(self._receive(msg, link, occupancy, self._resource(recv_key)))
+            self.env.process(self._receive(msg, link, occupancy, recv_res))
             yield self.env.timeout(occupancy)
 
     def _receive(self, msg: Message, link: Link, occupancy: float,

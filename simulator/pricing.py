@@ -112,6 +112,7 @@ class LayerTables:
     own_rows: list[float]
     one_ops: list[float]
     mem: list[LayerMemory]
+    finalize_transient: list[float]
 
 
 def per_part(value: Any, parts: int) -> list[float]:
@@ -132,6 +133,19 @@ def with_diagonal(square: np.ndarray, diagonal: np.ndarray) -> np.ndarray:
     out = np.array(square, dtype=np.float64)
     np.fill_diagonal(out, diagonal)
     return out
+
+
+def finalize_transient_bytes(plan: LayerPlan, n: Any) -> Any:
+    """Temporaries of ``finalize`` on ``n`` rows (freed when it returns, the output kept).
+
+    Max (SAGE max and pool, :meth:`sarlab.aggregators.Aggregation.finalize`): ``torch.where(count > 0, best,
+    zeros_like(best))`` holds the bool mask and the zeros beside the state and the output,
+    :math:`n w (1 + b)` for ``w`` aggregated features of ``b`` bytes. Other aggregations: none beyond their output
+    (mean's ``state / degree``; GAT's and R-GCN's are priced with their shards).
+    """
+    if plan.kind == "sage" and plan.case == 2:
+        return n * plan.agg_width * (1.0 + plan.bytes_per_element)
+    return 0.0 * n
 
 
 class EpochPricing:
@@ -290,6 +304,7 @@ class EpochPricing:
             own_rows=self._part(n * wb),
             one_ops=self._part(np.count_nonzero(H, axis=1) + np.count_nonzero(H, axis=0)),
             mem=self._memory(mems),
+            finalize_transient=self._part(finalize_transient_bytes(plan, n)),
         )
 
     @staticmethod

@@ -12,6 +12,7 @@ from simulator.model import ModelSpec
 from simulator.profile import Profile
 from simulator.result import EpochResult
 from simulator.runspec import RunSpec
+from simulator.sharing import with_sharing
 from simulator.workload import PartitionStats, estimate_partition, load_manifest
 
 
@@ -119,11 +120,12 @@ def simulate_row(
 ) -> EpochResult:
     """Simulate the configuration of one :func:`simulator.measured.summarize_measured` row (its partition, model, mode,
     prefetch, threads per worker and network: a ``veth`` record takes the link profile of its rate from ``links``
-    as the inter-host link, its ``N / H`` workers per emulated host sharing that host's NIC, all workers on this
-    machine's cores)."""
+    as the inter-host link, with its ``shared_efficiency`` (:mod:`simulator.sharing`), its ``N / H`` workers per
+    emulated host sharing that host's NIC, all workers on this machine's cores)."""
     threads = float(row["threads"]) if float(row.get("threads") or 0) > 0 else None
     workers = int(row["workers"])
-    profile, per_nic = for_network(profile, links or [], network_of(row), workers)
+    links = [with_sharing(lp) for lp in links or []]  # the link profile's loss of concurrent flows, if measured
+    profile, per_nic = for_network(profile, links, network_of(row), workers)
     run = RunSpec(mode=split_mode(row["mode"])[0], prefetch=int(row["prefetch"]), threads=threads,
                   workers_per_nic=per_nic)  # fmt: skip
     return simulate_epoch(stats or stats_for(row), model or model_for(row), run, profile)

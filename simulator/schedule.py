@@ -310,10 +310,12 @@ class Schedule:
 
         kept: dict[int, float] | None = {} if keep else None
         yield from self._ring_fetch(w, A, "f", local, kept, None)
+        mem.alloc(A.finalize_transient[p])
         yield from self.clock.compute(w, A.finalize[p], (li, "finalize"))
         if M.new_out:
             mem.alloc(M.agg_out)
             mem.free(M.agg_state)
+        mem.free(A.finalize_transient[p])
         if kept is not None:
             if A.plan.records:
                 self.kept[(w.key, li)] = kept
@@ -407,13 +409,15 @@ class Schedule:
         posted = self._batch(w, "f", li, [(r, rows[(p + r) % N][p], rows[p][(p - r) % N]) for r in range(1, N)])
         yield from self.clock.wait(w, tuple(posted), (li, "halo", 0))
         mem.free(sends)
-        mem.alloc(M.agg_state + A.one_transient[p])
+        # max has no shard temporaries and the others no finalize temporaries: booked together, they are the peak
+        mem.alloc(M.agg_state + A.one_transient[p] + A.finalize_transient[p])
         seconds = A.init_f[p] + A.one_f[p] + A.finalize[p] + self.wait_s * ops
         yield from self.clock.compute(w, seconds, (li, "agg", 0))
         mem.free(A.one_transient[p])
         if M.new_out:
             mem.alloc(M.agg_out)
             mem.free(M.agg_state)
+        mem.free(A.finalize_transient[p])
         if L.records:
             mem.alloc(A.one_kept[p])  # unfused GAT's autograd graph
         if not (L.records and L.case == 2 and not L.autograd):  # ShardAggregate keeps non-linear rows

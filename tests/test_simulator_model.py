@@ -396,6 +396,27 @@ def test_max_aggregation_ledger_by_hand():
     assert table == pytest.approx(np.array([[100 * 16 * 4, 0], [0, 60 * 16 * 4]]))
 
 
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        # Adam 544 B + n w (4 + 4 + 1 + 4 + 4): the running max, its int32 count, the bool mask, the zeros and the
+        # output, w = 8 raw features, n = 100 and 60
+        ("sar", [544 + 100 * 8 * 17, 544 + 60 * 8 * 17]),
+        # oneshot also holds its merged shard (16 E + 8 (n + 1), E = 350 and 240) and the extended [own; halo]
+        # matrix, (n + halo) w b, through its aggregation
+        ("oneshot", [544 + 16 * 350 + 8 * 101 + 120 * 8 * 4 + 100 * 8 * 17,
+                     544 + 16 * 240 + 8 * 61 + 90 * 8 * 4 + 60 * 8 * 17]),
+    ],
+)
+def test_max_finalize_temporaries_by_hand(mode, expected):
+    """SAGE-max's ``finalize`` (``torch.where(count > 0, best, zeros_like(best))``) holds its bool mask and zeros
+    beside the state and the output: on a 1-layer SAGE-max (layer 0, no autograd record, the state freed after
+    finalize) that moment is the epoch's peak."""
+    spec = ModelSpec("sage", layers=1, hidden=4, aggr="max", batchnorm=False, dropout=0.0)
+    res = simulate_epoch(two_parts(), spec, RunSpec(mode=mode), hand_profile())
+    assert res.peak_above_baseline_bytes == pytest.approx(expected)
+
+
 def test_oneshot_output_dies_with_its_aggregation_backward():
     """``ShardAggregate`` keeps its output only until its own backward returns (before the halo gradients go
     home): in oneshot the output is booked with the aggregation's kept bytes, a GCN state (the output itself) as

@@ -1,0 +1,298 @@
+"""Gloo ring rounds and all-to-alls on an emulated network, timed per round (``python -m simulator.roundbench``).
+
+A probe of the network side of an epoch with no model in it: ``N`` ranks, one per emulated host
+(:mod:`real.netns`, ``veth:rate=R``) or all on loopback, run the engine's exchange patterns with fixed message
+sizes and no tensor work, optionally with a fixed amount of CPU work per round (``--spin-ms``: thread CPU time,
+as an aggregation's compute would take on the shared cores):
+
+* ``ring:D``: the ``sar`` forward's rounds (:mod:`sarlab.aggregate`'s ``RingFetch``): rounds ``1..D+1`` posted
+  (receive first, then send, as :class:`sarlab.comm.Comm` posts them), then per round: wait for both messages,
+  spin, post the next unposted round; ``N - 1`` rounds (``--rounds K``: ``K``, the peers at distance
+  ``1 + k mod (N - 1)`` in round ``k``), ``D + 1`` of them in flight;
+* ``oneshot``: all ``N - 1`` exchanges posted at once, then all waited for.
+
+Every pass is timed from a barrier to the last rank's end of the pattern; each rank also records its per-round
+waits and the TCP counters of its own namespace (``/proc/net/snmp`` and ``/proc/net/netstat`` are per network
+namespace) over the pass: segments retransmitted, retransmission timeouts, tail-loss probes. The parent reads the
+qdiscs' drop counters of every link end (host uploads, switch ports = downloads) at the end.
+
+The result (JSON, ``--out``) has per pattern the median pass time over repeats and ``ideal_s``: the pattern's bytes
+at the link's payload bandwidth (``--bandwidth-Bps``, else the ``--link-in`` profile's ``bandwidth_bidir_Bps``, else
+``0.95 R / 8``) with every link busy all the time, ``rounds x bytes / B``; and ``shared_efficiency``
+(:func:`fit_shared_efficiency`, :mod:`simulator.sharing`). With ``--link-in A.json --out B.json`` it writes the
+link profile ``A`` with ``shared_efficiency`` and the probe (``sharing``) added, which the simulator reads
+(:func:`simulator.sharing.with_sharing`). A calibration of the link, not of any engine run; it needs root and a
+quiet machine (the 2026-11-24 numbers were taken under a 1-min load of 5-16 from other work).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: TCP counters read per pass: (file, section, field)
+COUNTERS = (("snmp", "Tcp", "RetransSegs"), ("netstat", "TcpExt", "TCPTimeouts"),
+            ("netstat", "TcpExt", "TCPLossProbes"), ("netstat", "TcpExt", "TCPSpuriousRTOs"))
+
+
+def tcp_counters() -> dict[str, int]:
+    """This network namespace's TCP counters of :data:`COUNTERS` (``/proc/net/snmp``, ``/proc/net/netstat``)."""
+    found: dict[str, int] = {}
+    for name in ("snmp", "netstat"):
+        lines = Path(f"/proc/net/{name}").read_text().splitlines()
+        for head, values in zip(lines[::2], lines[1::2]):
+            section, keys = head.split(":", 1)
+            vals = dict(zip(keys.split(), values.split(":", 1)[1].split()))
+            for file, sec, field in COUNTERS:
+                if file == name and sec == section and field in vals:
+                    found[field] = int(vals[field])
+    return found
+
+
+def spin(seconds: float) -> None:
+    """Burn ``seconds`` of this thread's CPU time."""
+    if seconds <= 0:
+        return
+    end = time.thread_time() + seconds
+    x = 0
+    while time.thread_time() < end:
+        for _ in range(1000):
+            x += 1
+
+
+def _child(patterns: list[str], nbytes: int, repeats: int, spin_s: float, rounds: int, out: str) -> None:
+    """One rank: every pattern ``repeats + 1`` times (the first warms the connections and is not kept); a pass
+    has ``rounds`` rounds (0: ``N - 1``), round ``k`` with the peers at distance ``1 + k mod (N - 1)``."""
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=300))
+    rank, N = dist.get_rank(), dist.get_world_size()
+    n, K = max(1, nbytes // 4), rounds or N - 1
+    sends = [torch.ones(n) for _ in range(K)]
+    recvs = [torch.empty(n) for _ in range(K)]
+
+    def post(k: int) -> list:
+        r = 1 + k % (N - 1)
+        ops = [dist.P2POp(dist.irecv, recvs[k], (rank - r) % N, tag=k),
+               dist.P2POp(dist.isend, sends[k], (rank + r) % N, tag=k)]
+        return dist.batch_isend_irecv(ops)
+
+    def ring(depth: int) -> list[float]:
+        waits, posted, nxt = [], deque(), 0
+        while nxt < K and len(posted) <= depth:
+            posted.append(post(nxt))
+            nxt += 1
+        while posted:
+            works = posted.popleft()
+            t = time.perf_counter()
+            for work in works:
+                work.wait()
+            waits.append(time.perf_counter() - t)
+            spin(spin_s)
+            if nxt < K:
+                posted.append(post(nxt))
+                nxt += 1
+        return waits
+
+    def oneshot() -> list[float]:
+        works = [w for k in range(N - 1) for w in post(k)]
+        t = time.perf_counter()
+        for work in works:
+            work.wait()
+        spin(spin_s * (N - 1))
+        return [time.perf_counter() - t]
+
+    samples = []
+    for pattern in patterns:
+        depth = -1 if pattern == "oneshot" else int(pattern.split(":")[1])
+        for i in range(repeats + 1):
+            c0 = tcp_counters()
+            dist.barrier()
+            t0 = time.perf_counter()
+            waits = oneshot() if depth < 0 else ring(depth)
+            local = time.perf_counter() - t0
+            dist.barrier()
+            c1 = tcp_counters()
+            if i:
+                samples.append({"pattern": pattern, "repeat": i, "rank": rank, "local_s": local, "waits_s": waits,
+                                "tcp": {k: c1[k] - c0.get(k, 0) for k in c1}})
+    everyone: list = [None] * N
+    dist.all_gather_object(everyone, samples)
+    dist.destroy_process_group()
+    if rank == 0:
+        Path(out).write_text(json.dumps([s for part in everyone for s in part]))
+
+
+def qdisc_drops(network) -> dict[str, int]:
+    """Packets the bulk queues dropped so far: host uploads (``eth0``) and switch ports (downloads), summed."""
+    totals = {"upload": 0, "download": 0}
+    for h in range(network.hosts):
+        for where, ns, dev in (("upload", network.namespace(h), "eth0"), ("download", network.switch, f"h{h}")):
+            res = subprocess.run(["tc", "-n", ns, "-s", "qdisc", "show", "dev", dev], capture_output=True,
+                                 text=True, timeout=30)
+            totals[where] += sum(int(m) for m in re.findall(r"dropped (\d+)", res.stdout))
+    return totals
+
+
+def measure(net: str, world: int, patterns: list[str], nbytes: int, repeats: int, spin_s: float, rounds: int = 0,
+            timeout_s: float = 300.0) -> dict:
+    """Start ``world`` ranks on ``net`` (``loopback`` or ``veth:rate=R``, one host per rank), run the patterns,
+    return the samples and the qdiscs' drops."""
+    from real import netns
+    from real.launcher import worker_env
+    from real.netspec import NetSpec
+
+    spec = NetSpec.parse(net)
+    network = None
+    if spec.emulated:
+        netns.check_host()
+        network = netns.EmulatedNetwork(NetSpec(spec.kind, spec.rate_bps, world), world)
+    out = tempfile.mktemp(prefix="roundbench-", suffix=".json")
+    procs: list[subprocess.Popen] = []
+    try:
+        if network is not None:
+            network.create()
+        port = netns.MASTER_PORT if network is not None else 29000 + os.getpid() % 1000
+        for rank in range(world):
+            env = worker_env(rank, world, network.address(0) if network else "127.0.0.1", port)
+            prefix: list[str] = []
+            if network is not None:
+                env.update(network.env(rank))
+                prefix = network.command(rank)
+            cmd = [*prefix, sys.executable, "-m", "simulator.roundbench", "--child", "--patterns", ",".join(patterns),
+                   "--bytes", str(nbytes), "--repeats", str(repeats), "--spin-ms", str(spin_s * 1e3),
+                   "--rounds", str(rounds),
+                   "--samples", out]
+            procs.append(subprocess.Popen(cmd, env=env, cwd=ROOT))
+        deadline = time.monotonic() + timeout_s
+        for proc in procs:
+            if proc.wait(timeout=max(deadline - time.monotonic(), 1.0)) != 0:
+                raise RuntimeError(f"roundbench rank exited with {proc.returncode}")
+        drops = qdisc_drops(network) if network is not None else {}
+        return {"samples": json.loads(Path(out).read_text()), "qdisc_drops": drops}
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if network is not None:
+            network.destroy()
+        if os.path.exists(out):
+            os.remove(out)
+
+
+def summarize(samples: list[dict], world: int, nbytes: int, bandwidth_Bps: float, rounds: int = 0) -> dict[str, dict]:
+    """Per pattern: the median over repeats of the slowest rank's pass, the ideal (module docstring), their
+    ratio, the median per-round wait, and the TCP counters summed over ranks and repeats."""
+    table: dict[str, dict] = {}
+    for pattern in dict.fromkeys(s["pattern"] for s in samples):
+        mine = [s for s in samples if s["pattern"] == pattern]
+        passes = [max(s["local_s"] for s in mine if s["repeat"] == i) for i in sorted({s["repeat"] for s in mine})]
+        count = world - 1 if pattern == "oneshot" or not rounds else rounds
+        ideal = count * nbytes / bandwidth_Bps if bandwidth_Bps else 0.0
+        tcp: dict[str, int] = {}
+        for s in mine:
+            for k, v in s["tcp"].items():
+                tcp[k] = tcp.get(k, 0) + v
+        waits = [w for s in mine for w in s["waits_s"]]
+        table[pattern] = {"pass_s": statistics.median(passes), "passes_s": passes, "ideal_s": ideal,
+                          "over_ideal": statistics.median(passes) / ideal if ideal else None,
+                          "median_wait_s": statistics.median(waits), "max_wait_s": max(waits),
+                          "tcp_per_pass": {k: v / len(passes) for k, v in tcp.items()}}
+    return table
+
+
+def fit_shared_efficiency(table: dict[str, dict], world: int, nbytes: int, bandwidth_Bps: float,
+                          rounds: int = 0) -> float:
+    r"""``eta_shared`` (:mod:`simulator.sharing`) of the patterns with concurrent flows: the median over ``ring:D``
+    (``D >= 1``) and ``oneshot`` of the efficiency that makes the model's pass time equal the measured one.
+
+    In the model every message of such a pass but a channel's first finds its channel busy (the prefetched round,
+    or the all-to-all's other messages), so with ``K`` messages per channel of ``T = bytes / B`` seconds each a pass
+    takes :math:`T (1 + (K - 1) / \eta)`, hence :math:`\eta = (K - 1) T / (t - T)`, at most 1 (latency and gaps,
+    well under 1 ms, left out). NaN without such a pattern.
+    """
+    T = nbytes / bandwidth_Bps
+    etas = []
+    for pattern, row in table.items():
+        if pattern != "oneshot" and int(pattern.split(":")[1]) == 0:
+            continue
+        K = world - 1 if pattern == "oneshot" or not rounds else rounds
+        if K > 1:
+            t = row["pass_s"]
+            etas.append(1.0 if t <= K * T else (K - 1) * T / (t - T))
+    return statistics.median(etas) if etas else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--net", default="veth:rate=150mbit", help="loopback or veth:rate=R (one host per rank)")
+    parser.add_argument("--world", type=int, default=8, help="ranks (default 8)")
+    parser.add_argument("--patterns", default="ring:0,ring:1,oneshot", help="ring:D (prefetch D) and/or oneshot")
+    parser.add_argument("--bytes", type=int, default=2_000_000, help="bytes of every message (default 2 MB)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed passes per pattern (default 3)")
+    parser.add_argument("--rounds", type=int, default=0, help="ring rounds per pass (default N - 1)")
+    parser.add_argument("--spin-ms", type=float, default=0.0, help="CPU milliseconds each rank burns per round")
+    parser.add_argument("--bandwidth-Bps", type=float, default=0.0, help="payload B/s of the ideal (default 0.95 R/8)")
+    parser.add_argument("--link-in", help="a link profile (sarlab netbench) of this rate: its bidirectional bandwidth "
+                        "is the ideal's, and --out writes it with shared_efficiency added")
+    parser.add_argument("--out", help="write the result (or, with --link-in, the link profile with it) as JSON here")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--samples", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    patterns = [p.strip() for p in args.patterns.split(",") if p.strip()]
+    for p in patterns:
+        if p != "oneshot" and not re.fullmatch(r"ring:\d+", p):
+            parser.error(f"pattern {p!r}: write ring:D or oneshot")
+    if args.child:
+        _child(patterns, args.bytes, args.repeats, args.spin_ms / 1e3, args.rounds, args.samples)
+        return 0
+    from real.netspec import NetSpec
+
+    spec = NetSpec.parse(args.net)
+    link = json.loads(Path(args.link_in).read_text()) if args.link_in else {}
+    bandwidth = args.bandwidth_Bps or float(link.get("bandwidth_bidir_Bps") or 0.0) or (
+        0.95 * spec.rate_bps / 8 if spec.emulated else 0.0)
+    load = os.getloadavg()[0]
+    raw = measure(args.net, args.world, patterns, args.bytes, args.repeats, args.spin_ms / 1e3, args.rounds)
+    table = summarize(raw["samples"], args.world, args.bytes, bandwidth, args.rounds)
+    for pattern, row in table.items():
+        ratio = f"{row['over_ideal']:.2f}x ideal {row['ideal_s']:.3f} s" if row["over_ideal"] else ""
+        tcp = ", ".join(f"{k} {v:g}" for k, v in row["tcp_per_pass"].items())
+        print(f"{args.net} N={args.world} {args.bytes / 1e6:g} MB spin {args.spin_ms:g} ms {pattern:8}: pass "
+              f"{row['pass_s']:.3f} s {ratio}; round wait median {row['median_wait_s'] * 1e3:.1f} ms, max "
+              f"{row['max_wait_s'] * 1e3:.1f} ms; per pass: {tcp}", flush=True)
+    print(f"qdisc drops (all patterns): {raw['qdisc_drops']}; 1-min load before {load:.2f}, after "
+          f"{os.getloadavg()[0]:.2f}", flush=True)
+    eta = fit_shared_efficiency(table, args.world, args.bytes, bandwidth, args.rounds) if bandwidth else float("nan")
+    print(f"shared_efficiency {eta:.3f} (the share of the bandwidth a message sharing a busy link end gets)",
+          flush=True)
+    result = {"net": args.net, "world": args.world, "bytes": args.bytes, "rounds": args.rounds, "spin_ms": args.spin_ms,
+              "bandwidth_Bps": bandwidth, "load": load, "shared_efficiency": eta, "summary": table, **raw}
+    if args.link_in:
+        if eta != eta:
+            parser.error("no pattern with concurrent flows (ring:D with D >= 1, oneshot) to fit shared_efficiency")
+        result = {**link, "shared_efficiency": eta, "sharing": {
+            "method": "simulator.roundbench: gloo ranks, one per emulated host, no compute; pass times of the "
+                      "patterns with concurrent flows against the model's T (1 + (K - 1) / eta), median",
+            "date": datetime.date.today().isoformat(), **result}}
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
