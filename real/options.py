@@ -85,14 +85,19 @@ DEFAULT_FANOUTS = (15, 10, 5)
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
-    """``--fanouts --batch-size --no-sampling-prefetch`` of ``--mode sampling``."""
+    """``--fanouts --batch-size --round-batches --no-sampling-prefetch`` of ``--mode sampling``."""
     p.add_argument("--fanouts", default=None, metavar="K1,K2,...|all",
                    help="sampling: neighbours per node and layer, hop 1 (the last layer) first, as PyG's "
                         "num_neighbors, or 'all' (default 15,10,5 cut or padded with 5 to --layers)")
     p.add_argument("--batch-size", type=int, default=1024,
                    help="sampling: training nodes per worker and step (default %(default)s)")
+    p.add_argument("--round-batches", type=int, default=0, metavar="B",
+                   help="sampling: mini-batches sampled and fetched together, each node once per round (0: the "
+                        "whole epoch is one round; smaller rounds hold fewer rows, larger ones exchange less) "
+                        "(default %(default)s)")
     p.add_argument("--no-sampling-prefetch", dest="sampling_prefetch", action="store_false",
-                   help="sampling: do not sample the next mini-batch and fetch its features during this one")
+                   help="sampling: do not sample the next round of mini-batches and fetch its features during this "
+                        "one")
 
 
 def sampling_config(a: argparse.Namespace) -> SamplingConfig | None:
@@ -103,7 +108,8 @@ def sampling_config(a: argparse.Namespace) -> SamplingConfig | None:
         fanouts = tuple(DEFAULT_FANOUTS[i] if i < len(DEFAULT_FANOUTS) else 5 for i in range(a.layers))
     else:
         fanouts = parse_fanouts(a.fanouts, a.layers)
-    return SamplingConfig(fanouts=fanouts, batch_size=a.batch_size, prefetch=a.sampling_prefetch)
+    return SamplingConfig(fanouts=fanouts, batch_size=a.batch_size, prefetch=a.sampling_prefetch,
+                          round_batches=a.round_batches)
 
 
 def add_memory_arg(p: argparse.ArgumentParser) -> None:

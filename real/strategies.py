@@ -38,8 +38,9 @@ from .netspec import NetSpec
 from .options import progress
 
 #: columns of ``OUT.records.csv`` besides the metric columns (the configuration is in ``OUT.md``)
-RECORD_EXTRAS = ("strategy", "seed", "net", "staleness", "steps", "fanouts", "load_1min_before", "load_1min_after",
-                 "command")
+RECORD_EXTRAS = ("strategy", "seed", "net", "staleness", "steps", "fanouts", "batch_size", "round_batches", "rounds",
+                 "sample_s", "fetch_wait_s", "input_rows", "remote_input_rows", "sampled_edges", "seeds",
+                 "round_input_rows", "round_remote_rows", "load_1min_before", "load_1min_after", "command")
 #: where the hand-written reading of ``OUT.md`` starts
 READING_HEADING = "## Reading"
 

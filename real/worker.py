@@ -111,7 +111,7 @@ def run(job: Job, rank: int, world: int, host: str, port: int, out_path: str | N
         else:
             graph = ShardedGraph.from_partition(part, comm, job.engine)
             trainer = _trainer(job, graph, part, job.model, job.train) if job.sampling is None else \
-                MiniBatchTrainer(graph, part, job.model, job.train, job.sampling)
+                MiniBatchTrainer(graph, part, job.model, job.train, job.sampling, job.sampling.round_batches)
             gc.collect()
             comm.barrier()
             baseline = memory.baseline_bytes()

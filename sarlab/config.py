@@ -86,18 +86,25 @@ class SamplingConfig:
             (see :func:`parse_fanouts`).
         batch_size: training nodes per worker and step (>= 1); every worker runs the same number of steps,
             ``ceil(max over workers of its training nodes / batch_size)``, over its training nodes split evenly.
-        prefetch: sample the next mini-batch and post the fetch of its remote features before computing this one.
+        prefetch: sample the next round of mini-batches and post the fetch of its remote features before computing
+            this one.
+        round_batches: mini-batches sampled and fetched together (a round, :mod:`sarlab.minibatch`: one frontier
+            sample per layer and one feature fetch for all of them, each node sampled and fetched once); 0 (the
+            default): the whole epoch is one round. Smaller rounds keep fewer input rows resident (and let prefetch
+            overlap a round's fetch with the previous round's steps) at the price of more exchanges per epoch.
     """
 
     fanouts: tuple[int, ...] = (15, 10, 5)
     batch_size: int = 1024
     prefetch: bool = True
+    round_batches: int = 0
 
     def __post_init__(self):
         if not self.fanouts or any(not isinstance(f, int) or isinstance(f, bool) or (f < 1 and f != ALL_NEIGHBOURS)
                                    for f in self.fanouts):
             raise InputError(f"fan-outs must be integers >= 1 or {ALL_NEIGHBOURS} (all), got {self.fanouts!r}")
         check_int("batch size", self.batch_size, 1)
+        check_int("batches per sampling round (--round-batches; 0: all of an epoch's)", self.round_batches, 0)
 
     def label(self) -> str:
         """The fan-outs as written on the command line (``15,10,5``, ``all``)."""

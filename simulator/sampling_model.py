@@ -1,50 +1,58 @@
-"""Mini-batch training with distributed neighbour sampling (``--mode sampling``), priced without events.
+"""Mini-batch training with distributed neighbour sampling (``--mode sampling``), priced round by round (no events).
 
-**Sampled sizes.** A graph with ``n_j`` nodes of in-degree ``d_j`` (``n = sum n_j``, ``E = sum n_j d_j``
-directed edges, stored in both directions). A step starts from ``B`` seeds per worker, training nodes drawn
-uniformly, so a node of class ``j`` is a seed with probability ``pi_L(j) = B / n``. Hop ``h`` (fan-out ``k``,
-``all`` = every in-edge) samples ``c_j = min(k, d_j)`` in-edges of every node of the level above, so
+**The engine's epoch** (``sarlab/minibatch.py``, ``sarlab/sampling.py``). Worker ``p`` splits its ``T_p`` training
+nodes into ``S = ceil(max_q T_q / B)`` near-equal batches (every worker runs ``S`` steps) and groups consecutive
+batches into rounds of ``b`` (``round_batches``; 0: the whole epoch is one round), ``R = ceil(S / b)`` rounds.
+A round
+
+1. samples the union of its batches' neighbourhoods, layer by layer (expected sizes:
+   :func:`simulator.sampled_sizes.sampled_sizes` with the round's seeds): hop 1 samples the seeds, own nodes,
+   with no message; every later hop makes one blocking mask exchange (``ceil(n_q / 8)`` bytes to each peer ``q``)
+   and one blocking reply (``8 (3 + k)`` bytes per remote node; fan-out ``all``: two replies), each node sampled
+   by its owner;
+2. asks for its input rows ``S_0`` (one more blocking mask exchange) and posts their fetch (``F`` features and an
+   in-degree per remote row), which arrives in the background;
+
+then each of its batches cuts its blocks out of the round's tables, gathers its input rows, computes forward and
+backward on the blocks (sizes with one batch's seeds), all-reduces the gradients and steps Adam. With
+``prefetch`` the next round is sampled and posted right after this round's rows arrived, before this round's
+steps, so its transfer overlaps them; the first round's transfer is always waited for in full.
+
+Every blocking exchange and every all-reduce is joined by all workers, so each phase lasts as long as its
+slowest worker:
 
 .. math::
-    m_h = \\sum_j n_j\\, \\pi(j)\\, c_j, \\qquad
-    \\pi'(j) = 1 - \\big(1 - \\pi(j)\\big)\\Big(1 - \\frac{d_j}{E}\\Big)^{m_h}, \\qquad |S| = \\sum_j n_j \\pi'(j)
+    t_{epoch} = \\sum_{r=1}^{R} \\Big(\\max_p t^{sample}_{p,r} + \\max_p w_{p,r}\\Big)
+              + S \\max_p t^{step}_p + 2\\,(t_{ar} + t_{sync})
 
-(an edge's source is node ``v`` with probability ``d_v / E`` on a symmetric graph, so hubs join first). Every hop
-samples the whole level again, and a node that an earlier hop added along one (tree) edge draws that edge again
-with probability ``c_j / d_j`` from its own end, and its parent draws it with the frontier's mean ``c / d``
-(weighted by draws): those draws add nothing, so only ``m_h`` minus them enter :math:`\\pi'`; the rest are
-treated as independent (within 2 % of a brute-force sampler on configuration-model graphs, see
-``tests/test_simulator_strategies.py``; an upper bound where communities repeat sources). The new level holds
-the old one plus the sources sampled, as :func:`sarlab.minibatch.sample_batch` builds it.
+* :math:`t^{sample}_{p,r}`: the sampler's own work on the round (:meth:`SamplerCosts.round_seconds`: ``t_round +
+  t_edge m_r + t_row |S_0^r|``, round sizes), the message software of its ``2 (L-1) + 1`` blocking exchanges and
+  of posting the fetch, their wire time (:func:`exchange_seconds`) and ``t_sync`` each;
+* :math:`w_{p,r}`: the fetch's wire time, less the previous round's ``b`` steps under prefetch (round 1: all);
+* :math:`t^{step}_p`: cutting the blocks (:meth:`SamplerCosts.batch_seconds`: ``t_batch + t_edge m_b + t_row
+  |S_0^b|``, batch sizes), the layers' ops priced by the profile (:func:`step_ops`), the gradient all-reduce
+  ``t_ar`` (and BatchNorm's), ``t_step`` of unpriced dispatch and ``t_sync`` per all-reduce;
+* two all-reduces per epoch outside the steps (batch sizes at the start, loss and accuracy at the end).
 
-**Remote rows.** Of part ``p``'s in-edges a fraction ``a_p = e_pp / in_p`` has a local source; of the other
-parts' in-edges a fraction ``b_p = sum_{q != p} e_qp / sum_{q != p} in_q`` has its source in ``p``. A hop whose
-draws start from own nodes with weight ``w_own`` lands on an own node with probability ``x = (w_own a_p +
-w_other b_p) / m_h`` (a two-state chain over the partition's edge matrix); own (a share ``f = n_p / n`` of every
-degree class) and other nodes are tracked apart in :math:`\\pi`, so a side the levels have mostly taken adds
-fewer new rows. Remote frontier nodes are sampled by their owners (one request and one reply per peer and
-hop), remote input rows are fetched from them.
+Co-located workers share the host's cores by processor sharing: every CPU term of a worker is stretched by ``k /
+(1 + (min(k, C) - 1) eta)`` (``k`` workers on ``C`` core slots, ``eta`` the step ops' sharing efficiency), and the
+CPU of moving its bytes (``p2p_cpu_s_per_byte``, an emulated network's shaping included) runs on the shared cores.
+On an emulated network (``workers_per_nic`` below ``N``) messages take the inter-host link, a NIC's workers
+sharing its bandwidth.
 
-**A step** (``sarlab/minibatch.py``): sample ``L`` hops (blocking all-to-alls), post the fetch of the input
-features, compute forward and backward of the ``L`` blocks (the layers' :class:`~simulator.layers.LayerPlan`
-ops on ``|S_{l+1}|`` destinations, ``|S_l|`` sources and ``m`` sampled edges), all-reduce the gradients, Adam.
-With prefetch the next batch is sampled and its features posted before this one computes, so the transfer
-overlaps the compute: ``t_step = t_sample + t_request + t_compute + t_allreduce + max(0, t_transfer -
-t_compute)``; without, the transfer is waited for in full. An epoch is ``ceil(max_p T_p / B)`` steps, ``T_p`` the
-training nodes of part ``p``, and every worker waits for the slowest at each all-to-all.
-
-**The sampler's own work** (hashing, Floyd's draws, sorts, index maps, building the blocks: Python-level torch
-calls on small tensors, which no op family of the profile describes) is :class:`SamplerCosts`: seconds per hop,
-peer, sampled edge and added row, plus a step's unpriced dispatch (``step_s``) and, on several workers, the wall
-time each blocking call loses waiting for a peer that is not running (``sync_s``), fitted to real sampling epochs
-of a calibration graph (:mod:`simulator.sampling_fit`), shipped in ``profiles/sampler/epyc-2core.json``, and
-scaled with the profile's ``compute_scale`` (single-threaded: more cores do not speed it up).
+**The sampler's own work** (hashing, Floyd's draws, unions, index maps, building the blocks: Python-level torch
+calls on small tensors, which no op family of the profile describes) is :class:`SamplerCosts`: seconds per round,
+per batch, per sampled edge and per input row, plus a step's unpriced dispatch (``step_s``) and, on several workers,
+the wall time each blocking call loses waiting for a peer that is not running (``sync_s``), fitted to real sampling
+epochs of calibration graphs (:mod:`simulator.sampling_fit`) and scaled with the profile's ``compute_scale``
+(single-threaded: more cores do not speed it up).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -56,61 +64,88 @@ from simulator.layers import layer_plans
 from simulator.model import ModelSpec
 from simulator.ops import Op, flatten_grads, loss_bwd, loss_fwd, optimizer_step
 from simulator.profile import Link, Profile
-from simulator.runspec import RunSpec, resolve_placement
+from simulator.runspec import Placement, RunSpec, resolve_placement
+from simulator.sampled_sizes import (
+    DegreeDistribution,
+    SampledSizes,
+    chain_of_part,
+    degrees_from_partition,
+    sampled_sizes,
+    train_nodes_per_part,
+)
 from simulator.workload import PartitionStats
+
+# the sizes live in simulator.sampled_sizes; these names stay importable from here
+__all__ = ["DegreeDistribution", "SampledSizes", "SamplerCosts", "SamplingEpoch", "SamplingSpec",
+           "degrees_from_partition", "exchange_seconds", "load_sampler_costs", "message_link", "parse_fanouts",
+           "round_batches_of", "round_messages", "sampled_sizes", "simulate_sampling_epoch", "step_ops",
+           "train_nodes_per_part"]
 
 #: where the shipped sampler costs live (:func:`load_sampler_costs`)
 SAMPLER_PROFILE = Path(__file__).parent / "profiles" / "sampler" / "epyc-2core.json"
+#: the format of a sampler cost file that prices the round sampler
+COSTS_FORMAT = "sarlab-sampler-costs/2"
+_COST_KEYS = ("round_s", "batch_s", "edge_s", "row_s", "step_s", "sync_s", "compute_scale", "source")
 
 
 @dataclass(frozen=True)
 class SamplerCosts:
-    """Seconds of the sampler's own work (hashing, Floyd's draws, sorts, index maps, building the blocks),
-    outside the layers' ops and the messages:
+    """Seconds of the sampler's own work, outside the layers' ops and the messages:
 
     .. math::
-        t_{sample} = \\sum_{hops} \\big(t_{hop} + (N-1)\\,t_{peer} + m_h t_{edge} + |S_{new}| t_{row}\\big)
+        t_{round} + t_{edge} \\sum_l m^r_l + t_{row} |S^r_0| \\quad\\text{per round}, \\qquad
+        t_{batch} + t_{edge} \\sum_l m^b_l + t_{row} |S^b_0| \\quad\\text{per batch}
 
     Args:
-        hop_s: fixed seconds of one hop and its block (its torch calls).
-        peer_s: seconds per peer and hop (grouping, packing, per-peer slices).
-        edge_s: seconds per sampled edge.
-        row_s: seconds per row a hop adds.
-        step_s: seconds of a step beyond its priced ops (Python and autograd dispatch, batch split, metrics).
-        sync_s: wall seconds each blocking exchange or all-reduce of a step costs beyond its message time
-            (waiting for a peer that the OS has not scheduled yet; 0 on one worker).
+        round_s: fixed seconds of sampling a round (its torch calls: unions, one sample per layer, masks, tables,
+            posting the fetch).
+        batch_s: fixed seconds of cutting one batch's blocks out of its round (per-layer calls, the blocks).
+        edge_s: seconds per sampled edge (drawn in a round, or cut into a batch's block).
+        row_s: seconds per input row (of a round's union, or gathered for a batch).
+        step_s: seconds of a step beyond its priced ops (Python and autograd dispatch, metrics).
+        sync_s: wall seconds each blocking exchange or all-reduce costs beyond its message time (waiting for a peer
+            that the OS has not scheduled yet; 0 on one worker).
         compute_scale: the ``compute_scale`` of the profile of the machine they were measured on (a profile with
             another scale, e.g. a resource of another speed, scales them by the ratio).
         source: how the numbers were obtained.
     """
 
-    hop_s: float = 70 * 12e-6
-    peer_s: float = 10 * 12e-6
+    round_s: float = 150 * 12e-6
+    batch_s: float = 40 * 12e-6
     edge_s: float = 0.4e-6
     row_s: float = 0.4e-6
     step_s: float = 60 * 12e-6
     sync_s: float = 0.0
     compute_scale: float = 1.0
-    source: str = "counted: ~70 torch calls per hop, ~10 per peer at 12 us each; ~0.4 us per edge and row (assumed)"
+    source: str = ("counted: ~150 torch calls per round, ~40 per batch, ~60 per step at 12 us each; ~0.4 us per "
+                   "edge and row (assumed)")
 
-    def seconds(self, sizes: SampledSizes, workers: int) -> float:
-        """The sampler's seconds for one batch."""
-        new_rows = np.maximum(sizes.rows[:-1] - sizes.rows[1:], 0.0)
-        hops = len(sizes.edges)
-        return float(hops * (self.hop_s + (workers - 1) * self.peer_s) + self.edge_s * sizes.edges.sum()
-                     + self.row_s * new_rows.sum())
+    def round_seconds(self, sizes: SampledSizes) -> float:
+        """The sampler's seconds for one round of union ``sizes``."""
+        return float(self.round_s + self.edge_s * sizes.edges.sum() + self.row_s * sizes.rows[0])
+
+    def batch_seconds(self, sizes: SampledSizes) -> float:
+        """The seconds of cutting one batch of ``sizes`` out of its round."""
+        return float(self.batch_s + self.edge_s * sizes.edges.sum() + self.row_s * sizes.rows[0])
 
 
 def load_sampler_costs(path: str | Path | None = None) -> SamplerCosts:
-    """Sampler costs from a JSON file (default :data:`SAMPLER_PROFILE`; the counted defaults without one)."""
+    """Sampler costs from a JSON file (default :data:`SAMPLER_PROFILE`; the counted defaults without one, or, with a
+    warning, when the shipped file priced the per-batch sampler of before, format ``sarlab-sampler-costs/1``)."""
     target = Path(path) if path is not None else SAMPLER_PROFILE
     if not target.exists():
         if path is not None:
             raise FileNotFoundError(f"sampler cost file {target} does not exist")
         return SamplerCosts()
     data = json.loads(target.read_text())
-    keys = ("hop_s", "peer_s", "edge_s", "row_s", "step_s", "sync_s", "compute_scale", "source")
-    return SamplerCosts(**{k: data[k] for k in keys if k in data})
+    if data.get("format", COSTS_FORMAT) != COSTS_FORMAT:
+        message = (f"{target} has sampler costs of format {data.get('format')!r}, fitted to the per-batch sampler; "
+                   f"this model prices rounds ({COSTS_FORMAT}): refit with `python -m simulator.sampling_fit`")
+        if path is not None:
+            raise ValueError(message)
+        warnings.warn(message + "; using the counted defaults", stacklevel=2)
+        return SamplerCosts()
+    return SamplerCosts(**{k: data[k] for k in _COST_KEYS if k in data})
 
 
 @dataclass(frozen=True)
@@ -120,18 +155,22 @@ class SamplingSpec:
     Args:
         fanouts: neighbours per node, one per layer, hop 1 (the last layer) first; -1 = all.
         batch_size: seeds per worker and step.
-        prefetch: sample the next batch and post its feature fetch before computing this one.
+        prefetch: sample the next round and post its feature fetch before computing this one.
+        round_batches: batches sampled and fetched together (0: all of an epoch's).
     """
 
     fanouts: tuple[int, ...] = (15, 10, 5)
     batch_size: int = 1024
     prefetch: bool = True
+    round_batches: int = 0
 
     def __post_init__(self) -> None:
         if not self.fanouts or any(f < 1 and f != -1 for f in self.fanouts):
             raise ValueError(f"fan-outs must be >= 1 or -1 (all), got {self.fanouts!r}")
         if self.batch_size < 1:
             raise ValueError(f"batch size must be >= 1, got {self.batch_size}")
+        if self.round_batches < 0:
+            raise ValueError(f"round_batches must be >= 0 (0: the whole epoch), got {self.round_batches}")
 
 
 def parse_fanouts(text: str, layers: int) -> tuple[int, ...]:
@@ -148,205 +187,86 @@ def parse_fanouts(text: str, layers: int) -> tuple[int, ...]:
     return tuple(values)
 
 
-@dataclass(frozen=True)
-class DegreeDistribution:
-    """In-degrees as a histogram: ``counts[j]`` nodes have in-degree ``degrees[j]``."""
-
-    degrees: np.ndarray
-    counts: np.ndarray
-
-    @classmethod
-    def from_degrees(cls, degrees: np.ndarray) -> DegreeDistribution:
-        """The histogram of one in-degree per node."""
-        values, counts = np.unique(np.asarray(degrees, dtype=np.int64), return_counts=True)
-        return cls(values.astype(np.float64), counts.astype(np.float64))
-
-    @classmethod
-    def power_law(cls, nodes: int, mean_degree: float, power: float = 2.5, seed: int = 0) -> DegreeDistribution:
-        """An assumed law where no graph is at hand: Poisson degrees with power-law means ``theta ~ 1 +
-        Pareto(power - 1)`` scaled to ``mean_degree`` (the law of ``sarlab.graphs.synthetic_graph``'s weights),
-        drawn for ``min(nodes, 200000)`` nodes and scaled to ``nodes``."""
-        rng = np.random.default_rng(seed)
-        m = int(min(nodes, 200_000))
-        theta = np.minimum(1.0 + rng.pareto(max(power - 1.0, 0.1), size=m), nodes / 10.0 + 1.0)
-        degrees = rng.poisson(mean_degree * theta / theta.mean())
-        hist = cls.from_degrees(degrees)
-        return cls(hist.degrees, hist.counts * (nodes / m))
-
-    @property
-    def nodes(self) -> float:
-        return float(self.counts.sum())
-
-    @property
-    def edges(self) -> float:
-        return float((self.counts * self.degrees).sum())
+def round_batches_of(steps: int, round_batches: int) -> list[int]:
+    """Batches in each round of an epoch of ``steps`` batches (``round_batches`` 0: one round)."""
+    size = round_batches or steps
+    return [min(size, steps - first) for first in range(0, steps, size)]
 
 
-def degrees_from_partition(path: str | Path) -> DegreeDistribution:
-    """In-degrees of every node of a ``sarlab partition`` directory (each part's ``edge_dst.npy``, read with
-    numpy: the destination rows of its in-edges)."""
-    path = Path(path)
-    parts = sorted(p for p in path.glob("part*") if p.is_dir())
-    if not parts:
-        raise FileNotFoundError(f"{path} has no part*/ directories; is it a `sarlab partition` directory?")
-    degrees = []
-    for part in parts:
-        dst = np.load(part / "edge_dst.npy", allow_pickle=False)
-        rows = len(np.load(part / "orig_ids.npy", allow_pickle=False, mmap_mode="r"))
-        degrees.append(np.bincount(dst.astype(np.int64), minlength=rows))
-    return DegreeDistribution.from_degrees(np.concatenate(degrees))
-
-
-def train_nodes_per_part(stats: PartitionStats, path: str | Path | None = None) -> np.ndarray:
-    """Training nodes of every part: counted in the partition's ``train_mask.npy`` files, else ``train_nodes``
-    spread in proportion to the parts' sizes (all nodes when the statistics know no training nodes)."""
-    if path is not None and Path(path).is_dir():
-        parts = sorted(p for p in Path(path).glob("part*") if p.is_dir())
-        if len(parts) == stats.num_parts:
-            return np.array([float(np.load(p / "train_mask.npy", allow_pickle=False).sum()) for p in parts])
-    total = stats.train_nodes or stats.num_nodes
-    return total * stats.nodes_per_part / max(float(stats.nodes_per_part.sum()), 1.0)
-
-
-@dataclass(frozen=True)
-class SampledSizes:
-    """Expected sizes of one worker's mini-batch: ``rows[l]`` = ``|S_l|`` (``rows[L]`` the seeds), ``edges[l]``
-    sampled edges of layer ``l``, ``local[l]`` the fraction of ``S_l`` owned by the worker."""
-
-    rows: np.ndarray
-    edges: np.ndarray
-    local: np.ndarray
-
-    @property
-    def remote_inputs(self) -> float:
-        """Input rows fetched from other workers."""
-        return float(self.rows[0] * (1.0 - self.local[0]))
-
-
-def sampled_sizes(deg: DegreeDistribution, seeds: float, fanouts: tuple[int, ...], local_keep: float = 1.0,
-                  remote_in: float = 0.0, local_share: float = 1.0) -> SampledSizes:
-    """Expected ``|S_l|``, sampled edges and local fractions (module docstring).
-
-    The worker's own nodes (a share ``f`` of every degree class) and the others' are tracked apart: a draw lands
-    on the own side with the chain's probability and then on a given own node of degree ``d`` with probability
-    ``d / (f E)``, so a side that the levels have mostly taken already adds fewer new rows.
-
-    Args:
-        deg: the graph's in-degree histogram.
-        seeds: seeds per step ``B`` (the worker's own nodes).
-        fanouts: hop 1 (the last layer) first, -1 = all.
-        local_keep: ``a_p``, local fraction of a local node's in-edges.
-        remote_in: ``b_p``, fraction of a remote node's in-edges whose source is local.
-        local_share: ``f = n_p / n``, the worker's share of the nodes (1 = one worker).
-    """
-    d, n_j, E = deg.degrees, deg.counts, max(deg.edges, 1.0)
-    layers = len(fanouts)
-    f = min(max(local_share, 1e-12), 1.0)
-    sides = (f, 1.0 - f)  # own nodes, the others'
-    pis = [np.full_like(d, min(1.0, seeds / max(deg.nodes * f, 1.0))), np.zeros_like(d)]
-    seeded = [pi.copy() for pi in pis]
-    rows, edges, local = np.zeros(layers + 1), np.zeros(layers), np.ones(layers + 1)
-    rows[layers] = float((n_j * f * pis[0]).sum())
-    for hop, k in enumerate(fanouts):
-        layer = layers - 1 - hop
-        c = d if k == -1 else np.minimum(d, k)
-        draw = c / np.maximum(d, 1.0)  # chance that a given in-edge is drawn
-        weights = [n_j * share * pi * c for share, pi in zip(sides, pis)]
-        m_side = [float(w.sum()) for w in weights]
-        m = sum(m_side)
-        added = sum(float((n_j * share * (pi - s0) * draw).sum()) for share, pi, s0 in zip(sides, pis, seeded))
-        tree = sum(float((n_j * share * (pi - s0)).sum()) for share, pi, s0 in zip(sides, pis, seeded))
-        back = added + tree * sum(float((w * draw).sum()) for w in weights) / max(m, 1e-30)
-        fresh = max(m - back, 0.0)
-        x = (m_side[0] * local_keep + m_side[1] * remote_in) / max(m, 1e-30)  # a draw's source is own
-        for i, (share, target) in enumerate(zip(sides, (x, 1.0 - x))):
-            if share > 0 and target > 0:
-                log_miss = np.log1p(-np.minimum(d / (E * share), 1.0 - 1e-15))
-                pis[i] = 1.0 - (1.0 - pis[i]) * np.exp(fresh * target * log_miss)
-        own, other = (float((n_j * share * pi).sum()) for share, pi in zip(sides, pis))
-        rows[layer], edges[layer], local[layer] = own + other, m, own / max(own + other, 1e-12)
-    return SampledSizes(rows, edges, local)
-
-
-def chain_of_part(stats: PartitionStats, p: int) -> tuple[float, float]:
-    """``(a_p, b_p)`` of part ``p`` from the partition's edge matrix (module docstring)."""
-    e = np.asarray(stats.edges_per_shard, dtype=np.float64)
-    inn = e.sum(axis=1)
-    a = float(e[p, p] / inn[p]) if inn[p] > 0 else 1.0
-    others = [q for q in range(stats.num_parts) if q != p]
-    denom = float(inn[others].sum()) if others else 0.0
-    b = float(e[others, p].sum() / denom) if denom > 0 else 0.0
-    return a, b
-
-
-def exchange_seconds(profile: Profile, link: Link, workers: int, recv_bytes: float) -> tuple[float, float]:
+def exchange_seconds(profile: Profile, link: Link, workers: int, recv_bytes: float,
+                     nic_share: int = 1) -> tuple[float, float]:
     """(CPU seconds, wire seconds) of one all-to-all exchange call in which a worker receives ``recv_bytes``
     from its ``N - 1`` peers: the call, ``2 (N-1)`` ops posted and waited; latency, one gap per message and the
-    bytes through the receive channel."""
+    bytes through the receive channel, which ``nic_share`` workers share."""
     if workers <= 1:
         return 0.0, 0.0
     ops = 2 * (workers - 1)
     cpu = profile.p2p_call_s + ops * (profile.p2p_op_s + profile.p2p_wait_s)
-    wire = link.latency_s + (workers - 1) * link.gap_s + recv_bytes / link.bandwidth_Bps
+    wire = link.latency_s + (workers - 1) * link.gap_s + recv_bytes * nic_share / link.bandwidth_Bps
     return cpu, wire
 
 
-class StepMessages(NamedTuple):
-    """A step's messages for one worker: CPU seconds of the calls, wire seconds of the blocking exchanges, wire
-    seconds of the feature transfer (overlapped with compute under prefetch), bytes received, blocking calls."""
+class RoundMessages(NamedTuple):
+    """A round's messages for one worker: bytes received by each blocking exchange, and by the posted fetch."""
 
-    cpu: float
-    wire: float
-    transfer: float
-    nbytes: float
-    blocking: int
+    blocking: list[float]
+    fetch: float
 
 
-def messages(profile: Profile, link: Link, workers: int, sizes: SampledSizes, fanouts: tuple[int, ...],
-             row_bytes: float) -> StepMessages:
-    """Per hop: sizes, requests and replies (fan-out ``all``: metadata and neighbours apart) of the remote frontier
-    nodes; the feature fetch: sizes and ids (blocking), then rows and degrees (posted)."""
-    cpu = wire = nbytes = 0.0
-    blocking = 0
-    layers = len(fanouts)
-    calls = []
-    for hop, k in enumerate(fanouts):
+def round_messages(sizes: SampledSizes, fanouts: tuple[int, ...], workers: int, own_nodes: float,
+                   row_bytes: float) -> RoundMessages:
+    """Bytes a worker receives in a round of union ``sizes`` (module docstring): per hop after the first, a mask
+    from every peer (``ceil(n_p / 8)`` bytes) and the samples of its remote frontier nodes; the fetch's masks;
+    then the posted rows (``row_bytes`` each) and their in-degrees (8 bytes each)."""
+    if workers <= 1:
+        return RoundMessages([], 0.0)
+    mask = (workers - 1) * math.ceil(own_nodes / 8)
+    layers, calls = len(fanouts), []
+    for hop, k in enumerate(fanouts[1:], start=1):
         layer = layers - 1 - hop
-        remote = sizes.rows[layer + 1] * (1.0 - sizes.local[layer + 1])
-        per_node = 8.0 * (3 + (sizes.edges[layer] / max(sizes.rows[layer + 1], 1.0) if k == -1 else k))
-        calls += [8.0 * (workers - 1), 8.0 * remote, per_node * remote] + ([0.0] if k == -1 else [])
-    calls += [8.0 * (workers - 1), 8.0 * sizes.remote_inputs]
-    for recv in calls:
-        c, w = exchange_seconds(profile, link, workers, recv)
-        cpu, wire, nbytes, blocking = cpu + c, wire + w, nbytes + recv, blocking + 1
-    c1, transfer = exchange_seconds(profile, link, workers, sizes.remote_inputs * row_bytes)
-    c2, w2 = exchange_seconds(profile, link, workers, sizes.remote_inputs * 8.0)
-    nbytes += sizes.remote_inputs * (row_bytes + 8.0)
-    return StepMessages(cpu + c1 + c2, wire, transfer + w2, nbytes, blocking + 1)
+        remote = sizes.remote_rows(layer + 1)
+        calls.append(float(mask))
+        if k == -1:  # metadata first, then the neighbours, whose count the requester cannot know
+            per_node = sizes.edges[layer] / max(sizes.rows[layer + 1], 1.0)
+            calls += [24.0 * remote, 8.0 * per_node * remote]
+        else:
+            calls.append(8.0 * (3 + k) * remote)
+    calls.append(float(mask))
+    return RoundMessages(calls, sizes.remote_inputs * (row_bytes + 8.0))
 
 
 @dataclass(frozen=True)
 class SamplingEpoch:
-    """A predicted sampling epoch (the slowest worker's step times ``steps``) and its parts, per worker."""
+    """A predicted sampling epoch and its parts, per worker (``sample_s`` and ``fetch_wait_s`` as the engine's
+    records count them: sampling rounds plus cutting and gathering batches, and waiting for fetched rows); the
+    expected sizes of one batch (``sizes``) and of the first round (``round_sizes``) per worker, and the input rows
+    and sampled edges of all rounds together (``round_rows``, ``round_edges``)."""
 
     workers: int
     steps: int
+    rounds: int
     epoch_time_s: float
     compute_s: np.ndarray
     comm_wait_s: np.ndarray
+    sample_s: np.ndarray
+    fetch_wait_s: np.ndarray
     bytes_sent: np.ndarray
     bytes_recv: np.ndarray
     peak_above_baseline_bytes: np.ndarray
     baseline_bytes: np.ndarray
     sizes: list[SampledSizes]
+    round_sizes: list[SampledSizes]
+    round_rows: np.ndarray
+    round_edges: np.ndarray
     threads: float
 
 
 def step_ops(model: ModelSpec, stats: PartitionStats, sizes: SampledSizes) -> list[Op]:
-    """The layers' forward and backward ops on the sampled blocks, loss, gradient flattening and Adam."""
+    """One step's priced ops on a batch of ``sizes``: gathering its input rows, the layers' forward and backward on
+    the sampled blocks, loss, gradient flattening and Adam."""
     plans = [p.in_run("oneshot", 1) for p in layer_plans(model, stats.feature_dim, stats.num_classes)]
     b = model.bytes_per_element
-    ops: list[Op] = [Op("elementwise", 2.0 * sizes.rows[0] * stats.feature_dim * b)]  # input assembly
+    ops: list[Op] = [Op("elementwise", 2.0 * sizes.rows[0] * stats.feature_dim * b)]  # gather of the input rows
     for layer, plan in enumerate(plans):
         src, dst, m = sizes.rows[layer], sizes.rows[layer + 1], sizes.edges[layer]
         tail = plan.tail_fwd(dst)
@@ -366,19 +286,28 @@ def step_ops(model: ModelSpec, stats: PartitionStats, sizes: SampledSizes) -> li
     return ops
 
 
+def message_link(profile: Profile, place: Placement, workers: int) -> tuple[Link, int]:
+    """The link a worker's messages take and how many workers share its channel: the inter-host link where
+    workers sit on other hosts or emulated hosts (own NICs, ``workers_per_nic`` each), else the intra-host one."""
+    if place.workers_per_host < workers or place.workers_per_nic < workers:
+        return profile.inter_host, max(1, min(place.workers_per_nic, place.workers_per_host))
+    return profile.intra_host, 1
+
+
 def simulate_sampling_epoch(stats: PartitionStats, model: ModelSpec, sampling: SamplingSpec, profile: Profile,
                             degrees: DegreeDistribution | None = None, train_per_part: np.ndarray | None = None,
                             run: RunSpec | None = None, sampler: SamplerCosts | None = None) -> SamplingEpoch:
-    """Predict one ``--mode sampling`` epoch on ``stats.num_parts`` workers.
+    """Predict one ``--mode sampling`` epoch on ``stats.num_parts`` workers (module docstring).
 
     Args:
         stats: partition statistics.
         model: the model (``sampling.fanouts`` must have one entry per layer).
-        sampling: fan-outs, batch size, prefetch.
-        profile: the machine profile.
+        sampling: fan-outs, batch size, prefetch, batches per round.
+        profile: the machine profile (an emulated network's link profile applied: :func:`simulator.linkprofile.
+            for_network`).
         degrees: the in-degree histogram (default: :meth:`DegreeDistribution.power_law` at the mean degree).
         train_per_part: training nodes per part (default :func:`train_nodes_per_part`).
-        run: placement (threads, workers per host); its mode is ignored.
+        run: placement (threads, workers per host and per NIC); its mode is ignored.
         sampler: the sampler's own costs (default :func:`load_sampler_costs`).
     """
     sampler = sampler or load_sampler_costs()
@@ -388,45 +317,76 @@ def simulate_sampling_epoch(stats: PartitionStats, model: ModelSpec, sampling: S
     deg = degrees or DegreeDistribution.power_law(stats.num_nodes, stats.num_edges / max(stats.num_nodes, 1))
     train = train_nodes_per_part(stats) if train_per_part is None else np.asarray(train_per_part, dtype=float)
     steps = max(1, math.ceil(float(train.max()) / sampling.batch_size))
+    per_round = round_batches_of(steps, sampling.round_batches)
+    R = len(per_round)
     place = resolve_placement(profile, N, run or RunSpec())
-    link = profile.intra_host if place.workers_per_host >= N else profile.inter_host
+    link, nic_share = message_link(profile, place, N)
     b, F = model.bytes_per_element, stats.feature_dim
     plans = layer_plans(model, F, stats.num_classes)
     params = sum(p.params for p in plans)
-    step_time = np.zeros(N)
-    compute, sent, peak = (np.zeros(N) for _ in range(3))
-    all_sizes = []
+    grad_bytes = params * b
+    bn = 3 * sum(1 for pl in plans if pl.hidden and pl.batchnorm)  # two all-reduces forward, one backward
+    t_allreduce = allreduce_seconds(link, grad_bytes, N) + bn * allreduce_seconds(link, 16.0 * model.hidden, N)
+    sync = sampler.sync_s if N > 1 else 0.0
+    sampler_scale = profile.compute_scale / sampler.compute_scale
+    sample_r, wire_fetch = np.zeros((N, R)), np.zeros((N, R))
+    step_time, compute, sample_s, sent, peak, round_rows, round_edges = (np.zeros(N) for _ in range(7))
+    batch_sizes, first_round = [], []
     for p in range(N):
         a, bb = chain_of_part(stats, p)
         share = float(stats.nodes_per_part[p]) / max(float(stats.nodes_per_part.sum()), 1.0)
-        sizes = sampled_sizes(deg, float(train[p]) / steps, sampling.fanouts, a, bb, share)
-        all_sizes.append(sizes)
-        act = float(sizes.rows.max()) * max(max(pl.in_dim, pl.out_dim) for pl in plans) * b
+        seeds = float(train[p]) / steps
+        batch = sampled_sizes(deg, seeds, sampling.fanouts, a, bb, share)
+        rounds = {nb: sampled_sizes(deg, seeds * nb, sampling.fanouts, a, bb, share) for nb in set(per_round)}
+        batch_sizes.append(batch)
+        first_round.append(rounds[per_round[0]])
+        act = float(batch.rows.max()) * max(max(pl.in_dim, pl.out_dim) for pl in plans) * b
         costs = CostModel(profile, place.threads, model.dtype, profile.scale_at(act))
-        work = step_ops(model, stats, sizes)
-        t_compute = float(np.sum(costs.seconds(work)))
-        t_sampler = sampler.seconds(sizes, N) * profile.compute_scale / sampler.compute_scale
-        msg = messages(profile, link, N, sizes, sampling.fanouts, F * b)
-        grad_bytes = params * b
-        bn = 3 * sum(1 for pl in plans if pl.hidden and pl.batchnorm)  # two all-reduces forward, one backward
-        t_allreduce = allreduce_seconds(link, grad_bytes, N) + bn * allreduce_seconds(link, 16.0 * model.hidden, N)
-        t_sampler += sampler.step_s * profile.compute_scale / sampler.compute_scale
-        cpu = t_compute + t_sampler + msg.cpu
-        if place.core_slots is not None:  # co-located workers share the host's cores
+        work = step_ops(model, stats, batch)
+        stretch = 1.0  # co-located workers share the host's cores (module docstring)
+        byte_cpu = 0.0
+        if place.core_slots is not None:
             k_run = place.workers_per_host
-            eta = costs.share_eff(work, place.core_slots)
-            cpu = cpu * k_run / (1.0 + (min(k_run, place.core_slots) - 1.0) * eta)
-            cpu += 2.0 * msg.nbytes * profile.p2p_cpu_s_per_byte * k_run / place.core_slots
-        hidden = cpu * t_compute / max(t_compute + t_sampler + msg.cpu, 1e-30) if sampling.prefetch else 0.0
-        syncs = (msg.blocking + 1 + bn) * sampler.sync_s if N > 1 else 0.0
-        t_wait = msg.wire + t_allreduce + max(0.0, msg.transfer - hidden) + syncs
-        step_time[p] = cpu + t_wait
-        compute[p], sent[p] = cpu * steps, (msg.nbytes + grad_bytes * 2) * steps
-        kept = sum(sizes.rows[i] * (pl.in_dim + 2 * pl.out_dim + pl.agg_width) for i, pl in enumerate(plans))
-        edge_bytes = 8.0 * 6 * float(sizes.edges.sum())
-        features = (2.0 if sampling.prefetch else 1.0) * sizes.rows[0] * F * b
-        peak[p] = 2.0 * kept * b + edge_bytes + features + 4.0 * params * b
-    epoch = float(step_time.max()) * steps
+            stretch = k_run / (1.0 + (min(k_run, place.core_slots) - 1.0) * costs.share_eff(work, place.core_slots))
+            byte_cpu = 2.0 * profile.p2p_cpu_s_per_byte * k_run / place.core_slots
+        t_cut = sampler.batch_seconds(batch) * sampler_scale
+        t_ops = float(np.sum(costs.seconds(work)))
+        step_cpu = (t_cut + t_ops + sampler.step_s * sampler_scale) * stretch + byte_cpu * grad_bytes
+        step_time[p] = step_cpu + t_allreduce + (1 + bn) * sync
+        compute[p] = step_cpu * steps
+        sample_s[p] = steps * (t_cut + float(costs.op_seconds(work[0]))) * stretch
+        recv = 2.0 * grad_bytes * steps
+        for r, nb in enumerate(per_round):
+            size = rounds[nb]
+            msg = round_messages(size, sampling.fanouts, N, float(stats.nodes_per_part[p]), F * b)
+            cpu = sampler.round_seconds(size) * sampler_scale
+            wire = 0.0
+            for nbytes in msg.blocking:
+                c, w = exchange_seconds(profile, link, N, nbytes, nic_share)
+                cpu, wire = cpu + c, wire + w
+            c_rows, w_rows = exchange_seconds(profile, link, N, msg.fetch, nic_share)
+            round_bytes = sum(msg.blocking) + msg.fetch
+            cpu = (cpu + 2.0 * c_rows) * stretch + byte_cpu * round_bytes
+            sample_r[p, r] = cpu + wire + len(msg.blocking) * sync
+            wire_fetch[p, r] = w_rows
+            compute[p] += cpu
+            recv += round_bytes
+            round_rows[p] += float(size.rows[0])
+            round_edges[p] += float(size.edges.sum())
+        sample_s[p] += float(sample_r[p].sum())
+        sent[p] = recv
+        kept = sum(batch.rows[i] * (pl.in_dim + 2 * pl.out_dim + pl.agg_width) for i, pl in enumerate(plans))
+        biggest = max(rounds.values(), key=lambda s: float(s.rows[0]))
+        held_rounds = 2.0 if sampling.prefetch and R > 1 else 1.0  # the next round's rows arrive meanwhile
+        round_bytes_held = held_rounds * (biggest.rows[0] * (F * b + 8.0) + 16.0 * float(biggest.edges.sum()))
+        peak[p] = (2.0 * kept * b + 48.0 * float(batch.edges.sum()) + batch.rows[0] * F * b + round_bytes_held
+                   + 9.0 * stats.num_nodes + 4.0 * params * b)
+    waits = np.zeros((N, R))
+    for r in range(R):
+        hidden = per_round[r - 1] * float(step_time.max()) if sampling.prefetch and r > 0 else 0.0
+        waits[:, r] = np.maximum(wire_fetch[:, r] - hidden, 0.0)
+    fixed = 2.0 * (allreduce_seconds(link, 16.0, N) + sync)
+    epoch = float(sample_r.max(axis=0).sum() + waits.max(axis=0).sum() + steps * step_time.max() + fixed)
     baseline = (stats.nodes_per_part * (F * b + 24.0) + stats.edges_per_shard.sum(axis=1) * 8.0 * 4).astype(float)
-    return SamplingEpoch(N, steps, epoch, compute, epoch - compute, sent, sent.copy(), peak, baseline,
-                         all_sizes, place.threads)
+    return SamplingEpoch(N, steps, R, epoch, compute, epoch - compute, sample_s, waits.sum(axis=1), sent,
+                         sent.copy(), peak, baseline, batch_sizes, first_round, round_rows, round_edges, place.threads)

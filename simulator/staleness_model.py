@@ -11,13 +11,19 @@ one epoch's compute to move one epoch's halo bytes, and only what does not fit s
 
 with ``c_p`` worker ``p``'s compute in the ``oneshot`` epoch (:func:`simulator.epoch.simulate_epoch`; its
 co-located workers' core sharing included), ``in_{p,l} = sum_q H_pq w_l b`` the halo bytes of layer ``l`` it
-receives and ``out_{p,l} = sum_q H_qp w_l b`` those it sends, ``L``, ``g``, ``B`` the link's latency, gap and
-bandwidth. ``S`` does not change the time (the bandwidth must carry one epoch's rows per epoch whatever the
-delay), only memory: every layer keeps ``S + 1`` halo buffers (``S`` in flight, one in use) and the ``S`` send
-buffers of its posted exchanges alive through the whole epoch (``sarlab/stale.py``'s queues), on top of the
-extended ``[own; halo]`` matrices that ``oneshot`` builds too, so the peak grows by
-``sum_l ((S + 1) in_{p,l} + S out_{p,l})``. (Measured once, SAGE on 40k nodes, N = 2 and 4: +28.7 and +31.5 MiB
-over ``oneshot``, this formula +21 and +24 MiB; ``results/planner_validation.md``.)
+receives and ``out_{p,l} = sum_q H_qp w_l b`` those it sends, ``L``, ``g``, ``B`` the latency, gap and bandwidth
+of the link the workers' messages take (:func:`simulator.sampling_model.message_link`: the inter-host link between
+hosts or emulated hosts, ``B`` shared by a NIC's workers; the intra-host link otherwise). A stale epoch does the
+work of an exact ``oneshot`` one (``sarlab/stale.py``): every layer gathers its rows for the peers, concatenates
+``[own; halo]`` and aggregates over the merged shard, forward and backward; it drops only the waits for the halo
+rows and the return of the halo gradients (no gradient goes back for stale rows). ``S`` does not change the time
+(the bandwidth must carry one epoch's rows per epoch whatever the delay), only memory: a layer's queue holds the
+``S + 1`` posted exchanges from epoch ``e - S`` to ``e`` through the epoch (``S`` in flight, one in use), each with
+its received halo rows and the copies of the rows it sent (released only when the entry leaves the queue), on top
+of the extended ``[own; halo]`` matrices that ``oneshot`` builds too, so the peak grows by
+``sum_l (S + 1) (in_{p,l} + out_{p,l})``. (Measured once, SAGE on 40k nodes, N = 2 and 4: +28.7 and +31.5 MiB over
+``oneshot``; the formula before this one, ``(S + 1) in + S out``, gave +21 and +24 MiB, so this one about +28
+and +32 MiB where ``in`` and ``out`` are about equal; ``results/planner_validation.md``.)
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from simulator.layers import layer_plans
 from simulator.model import ModelSpec
 from simulator.profile import Link, Profile
 from simulator.runspec import RunSpec, resolve_placement
+from simulator.sampling_model import message_link
 from simulator.workload import PartitionStats
 
 
@@ -58,11 +65,12 @@ def halo_bytes(stats: PartitionStats, widths: list[int], bytes_per_element: int)
     return np.outer(h.sum(axis=1), w), np.outer(h.sum(axis=0), w)
 
 
-def exchange_seconds(recv: np.ndarray, send: np.ndarray, link: Link, workers: int) -> np.ndarray:
-    """``x_p`` of the module docstring: every layer's exchange as a lone batch of ``N - 1`` messages each way."""
+def exchange_seconds(recv: np.ndarray, send: np.ndarray, link: Link, workers: int, nic_share: int = 1) -> np.ndarray:
+    """``x_p`` of the module docstring: every layer's exchange as a lone batch of ``N - 1`` messages each way, its
+    bytes through a NIC that ``nic_share`` workers share."""
     if workers <= 1:
         return np.zeros(recv.shape[0])
-    per_layer = link.latency_s + (workers - 1) * link.gap_s + np.maximum(recv, send) / link.bandwidth_Bps
+    per_layer = link.latency_s + (workers - 1) * link.gap_s + np.maximum(recv, send) * nic_share / link.bandwidth_Bps
     return per_layer.sum(axis=1)
 
 
@@ -90,12 +98,11 @@ def simulate_stale_epoch(stats: PartitionStats, model: ModelSpec, staleness: int
     plans = layer_plans(model, stats.feature_dim, stats.num_classes)
     b = model.bytes_per_element
     recv, send = halo_bytes(stats, [p.width for p in plans], b)
-    place = resolve_placement(profile, N, run)
-    link = profile.intra_host if place.workers_per_host >= N else profile.inter_host
-    exchange = exchange_seconds(recv, send, link, N)
+    link, nic_share = message_link(profile, resolve_placement(profile, N, run), N)
+    exchange = exchange_seconds(recv, send, link, N, nic_share)
     params = sum(p.params for p in plans)
     epoch = stale_epoch_time(exact.compute_s, exchange, allreduce_seconds(link, params * b, N))
     cache, posted = recv.sum(axis=1), send.sum(axis=1)
-    held = (staleness + 1) * cache + staleness * posted
+    held = (staleness + 1) * (cache + posted)
     return StaleEpoch(staleness, epoch, exact.compute_s.copy(), exchange, held,
                       exact.peak_above_baseline_bytes + held, exact.baseline_bytes.copy(), posted, cache.copy())

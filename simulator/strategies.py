@@ -17,15 +17,8 @@ from simulator.epoch import simulate_epoch
 from simulator.model import ModelSpec
 from simulator.profile import Profile
 from simulator.runspec import MODES, RunSpec
-from simulator.sampling_model import (
-    DegreeDistribution,
-    SamplerCosts,
-    SamplingSpec,
-    degrees_from_partition,
-    parse_fanouts,
-    simulate_sampling_epoch,
-    train_nodes_per_part,
-)
+from simulator.sampled_sizes import DegreeDistribution, degrees_from_partition, train_nodes_per_part
+from simulator.sampling_model import SamplerCosts, SamplingSpec, parse_fanouts, simulate_sampling_epoch
 from simulator.staleness_model import simulate_stale_epoch
 from simulator.workload import PartitionStats, resolve_workload
 
@@ -57,12 +50,13 @@ def predict(strategy: str, stats: PartitionStats, model: ModelSpec, profile: Pro
         stats: partition statistics.
         model: the model.
         profile: the machine profile.
-        sampling: fan-outs and batch size (``sampling``; default :class:`SamplingSpec` cut to the layers).
+        sampling: fan-outs, batch size and batches per round (``sampling``; default :class:`SamplingSpec` cut to
+            the layers).
         staleness: ``S`` of ``stale`` (>= 1).
         degrees: in-degree histogram (``sampling``).
         train_per_part: training nodes per part (``sampling``).
-        run: prefetch, threads, placement (the mode is the strategy's).
-        sampler: the sampler's per-call and per-byte costs (``sampling``).
+        run: prefetch, threads, placement (the mode is the strategy's); an emulated network's workers per NIC.
+        sampler: the sampler's per-round, per-batch, per-edge and per-row costs (``sampling``).
     """
     run = run or RunSpec()
     N = stats.num_parts
@@ -76,8 +70,9 @@ def predict(strategy: str, stats: PartitionStats, model: ModelSpec, profile: Pro
         s = simulate_sampling_epoch(stats, model, spec, profile, degrees, train_per_part, run, sampler)
         mem = float(np.max(s.baseline_bytes + s.peak_above_baseline_bytes))
         fan = ",".join("all" if f == -1 else str(f) for f in spec.fanouts)
+        rounds = f", {s.rounds} rounds" if s.rounds > 1 else ""
         return Prediction(strategy, N, s.epoch_time_s, float(np.max(s.compute_s)), mem, float(np.max(s.bytes_sent)),
-                          f"fanouts {fan}, batch {spec.batch_size}, {s.steps} steps")
+                          f"fanouts {fan}, batch {spec.batch_size}, {s.steps} steps{rounds}")
     if strategy == "stale":
         t = simulate_stale_epoch(stats, model, staleness, profile, run)
         mem = float(np.max(t.baseline_bytes + t.peak_above_baseline_bytes))

@@ -1,7 +1,9 @@
 """The simulator's sampling, staleness and cost models against independent references: a brute-force Monte Carlo
-sampler in numpy, hand-computed staleness and billing cases."""
+sampler in numpy (single batches and rounds of batches), hand-computed message, round, staleness and billing
+cases."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -12,12 +14,13 @@ from simulator.epoch import simulate_epoch
 from simulator.model import ModelSpec
 from simulator.profile import PRESETS, Link
 from simulator.runspec import RunSpec
+from simulator.sampled_sizes import DegreeDistribution, SampledSizes, chain_of_part, sampled_sizes
 from simulator.sampling_fit import fit_sampler_costs
 from simulator.sampling_model import (
-    DegreeDistribution,
+    SamplerCosts,
     SamplingSpec,
-    chain_of_part,
-    sampled_sizes,
+    round_batches_of,
+    round_messages,
     simulate_sampling_epoch,
 )
 from simulator.staleness_model import exchange_seconds, halo_bytes, simulate_stale_epoch, stale_epoch_time
@@ -111,14 +114,137 @@ def test_remote_fraction_follows_the_partition_chain():
     assert model.remote_inputs == pytest.approx(model.rows[0] * (1 - model.local[0]))
 
 
+class KeyedSamples:
+    """Every node's sample drawn once per hop and kept (the engine keys a node's sample by epoch and layer)."""
+
+    def __init__(self, nbrs, fanouts, rng):
+        self.nbrs, self.fanouts, self.rng = nbrs, fanouts, rng
+        self.drawn = [{} for _ in fanouts]
+
+    def __call__(self, hop: int, v: int):
+        if v not in self.drawn[hop]:
+            cand, k = self.nbrs[v], self.fanouts[hop]
+            self.drawn[hop][v] = cand if k == -1 or len(cand) <= k else self.rng.choice(cand, size=k, replace=False)
+        return self.drawn[hop][v]
+
+
+def monte_carlo_round(nbrs, batch: int, batches: int, fanouts, trials: int, rng):
+    """Average input rows and sampled edges of a round of ``batches`` batches, every node sampled once per layer,
+    by brute force: the round's union of its batches' input rows, their sum, and the edges sampled for the
+    union's levels."""
+    n, layers = len(nbrs), len(fanouts)
+    union_rows = summed_rows = edges = 0.0
+    for _ in range(trials):
+        pick = KeyedSamples(nbrs, fanouts, rng)
+        seeds = rng.choice(n, size=batch * batches, replace=False)
+        inputs: set = set()
+        for b in range(batches):
+            level = set(seeds[b * batch:(b + 1) * batch].tolist())
+            for hop in range(layers):
+                level |= {int(u) for v in level for u in pick(hop, v)}
+            inputs |= level
+            summed_rows += len(level)
+        union_rows += len(inputs)
+        level = set(seeds.tolist())
+        for hop in range(layers):  # the union's levels: what a round samples
+            edges += sum(len(pick(hop, v)) for v in level)
+            level |= {int(u) for v in level for u in pick(hop, v)}
+        assert level == inputs  # a round's levels are its batches' levels united
+    return union_rows / trials, summed_rows / trials, edges / trials
+
+
+def test_round_union_matches_a_brute_force_sampler():
+    rng = np.random.default_rng(3)
+    n = 3000
+    nbrs, _ = configuration_graph(n, rng)
+    deg = DegreeDistribution.from_degrees(np.array([len(x) for x in nbrs]))
+    for fanouts, batch, batches in (((10, 5), 48, 4), ((5, 3), 100, 6)):
+        union, summed, edges = monte_carlo_round(nbrs, batch, batches, fanouts, 20, rng)
+        model = sampled_sizes(deg, batch * batches, fanouts)
+        one = sampled_sizes(deg, batch, fanouts)
+        assert model.rows[0] == pytest.approx(union, rel=0.05), fanouts
+        assert float(model.edges.sum()) == pytest.approx(edges, rel=0.05), fanouts
+        assert batches * one.rows[0] == pytest.approx(summed, rel=0.05), fanouts
+        assert union < 0.9 * summed  # the batches share rows: the round fetches fewer than the batches use
+
+
 def test_sampler_fit_recovers_known_costs():
-    truth = (2e-3, 3e-6, 5e-6)
-    recs = []
-    for edges, rows in ((1e5, 4e4), (3e5, 8e4), (6e5, 3e5), (2e5, 2e5)):
-        recs.append({"steps": 10, "sampled_edges": edges * 10, "input_rows": (rows + 500) * 10, "seeds": 5000,
-                     "sample_s": 10 * (2 * truth[0] + truth[1] * edges + truth[2] * rows)})
-    fit = fit_sampler_costs(recs, layers=2)
-    np.testing.assert_allclose((fit.hop_s, fit.edge_s, fit.row_s), truth, rtol=1e-6)
+    truth = np.array([3e-3, 2e-3, 3e-6, 5e-6])  # per round, per batch, per edge, per row
+    design = np.array([[1, 4, 2e5, 6e4], [2, 4, 3e5, 9e4], [4, 4, 5e5, 1.6e5], [1, 2, 1e5, 4e4], [3, 6, 6e5, 2e5]],
+                      dtype=float)
+    fit = fit_sampler_costs(design, design @ truth)
+    np.testing.assert_allclose((fit.round_s, fit.batch_s, fit.edge_s, fit.row_s), truth, rtol=1e-6)
+    assert fit.step_s == 0.0 and fit.sync_s == 0.0
+
+
+def test_round_plan_messages_and_sampler_seconds_by_hand():
+    assert round_batches_of(5, 0) == [5] and round_batches_of(5, 2) == [2, 2, 1] and round_batches_of(3, 7) == [3]
+    sizes = SampledSizes(np.array([900.0, 300.0, 100.0]), np.array([1500.0, 1000.0]), np.array([0.6, 0.8, 1.0]))
+    msg = round_messages(sizes, (10, 5), workers=3, own_nodes=100, row_bytes=400)
+    # hop 2 (layer 0, k = 5) asks for the 60 remote rows of S_1: masks of ceil(100 / 8) = 13 bytes from 2 peers,
+    # replies of 8 (3 + 5) bytes per node; the fetch's masks; 360 remote input rows of 400 + 8 bytes
+    assert msg.blocking == pytest.approx([26.0, 64.0 * 60, 26.0])
+    assert msg.fetch == pytest.approx(360 * 408.0)
+    every = round_messages(sizes, (-1, -1), workers=3, own_nodes=100, row_bytes=400)
+    assert every.blocking == pytest.approx([26.0, 24.0 * 60, 8.0 * 5.0 * 60, 26.0])  # 1500 edges / 300 rows
+    assert round_messages(sizes, (10, 5), workers=1, own_nodes=100, row_bytes=400) == ([], 0.0)
+    costs = SamplerCosts(round_s=1e-3, batch_s=2e-4, edge_s=1e-6, row_s=2e-6)
+    assert costs.round_seconds(sizes) == pytest.approx(1e-3 + 2500e-6 + 1800e-6)
+    assert costs.batch_seconds(sizes) == pytest.approx(2e-4 + 2500e-6 + 1800e-6)
+
+
+def one_part_stats(train: int = 3000) -> PartitionStats:
+    return PartitionStats("one", 4000, 40000, 16, 4, train, np.array([4000]), np.array([[40000]]),
+                          np.array([[0]]))
+
+
+def test_round_and_batch_terms_add_up_by_hand():
+    """One worker, 3 steps: the sampler's per-round, per-batch and per-step seconds enter the epoch as counted."""
+    stats, profile = one_part_stats(), PRESETS["reference-laptop"]()
+    model = ModelSpec(model="sage", layers=2, hidden=16, batchnorm=False, dropout=0.0)
+    deg = DegreeDistribution.from_degrees(np.full(4000, 10))
+    zero = SamplerCosts(round_s=0.0, batch_s=0.0, edge_s=0.0, row_s=0.0, step_s=0.0,
+                        compute_scale=profile.compute_scale)
+
+    def epoch(costs, rounds):
+        spec = SamplingSpec((5, 5), 1000, True, rounds)
+        return simulate_sampling_epoch(stats, model, spec, profile, deg, np.array([3000.0]), sampler=costs)
+
+    base = epoch(zero, 0)
+    assert (base.steps, base.rounds) == (3, 1)
+    assert epoch(zero, 1).rounds == 3
+    r, b, t = 0.01, 0.002, 0.003
+    assert epoch(dataclasses.replace(zero, round_s=r), 0).epoch_time_s - base.epoch_time_s == pytest.approx(r)
+    three = epoch(zero, 1).epoch_time_s
+    assert epoch(dataclasses.replace(zero, round_s=r), 1).epoch_time_s - three == pytest.approx(3 * r)
+    assert epoch(dataclasses.replace(zero, batch_s=b), 0).epoch_time_s - base.epoch_time_s == pytest.approx(3 * b)
+    assert epoch(dataclasses.replace(zero, step_s=t), 0).epoch_time_s - base.epoch_time_s == pytest.approx(3 * t)
+    # a round of 3 batches samples fewer edges than 3 rounds of one: the union repeats no node
+    assert base.round_edges[0] < epoch(zero, 1).round_edges[0]
+    assert base.fetch_wait_s[0] == 0.0  # one worker fetches nothing remote
+
+
+def test_fetch_wait_is_the_first_rounds_transfer_and_prefetch_hides_the_rest():
+    stats, profile = two_part_stats(), PRESETS["reference-laptop"]()
+    model = ModelSpec(model="sage", layers=2, hidden=16, batchnorm=False, dropout=0.0)
+    costs = SamplerCosts(sync_s=0.0, compute_scale=profile.compute_scale)
+    one = simulate_sampling_epoch(stats, model, SamplingSpec((5, 5), 100, True, 0), profile, sampler=costs)
+    link, size = profile.intra_host, one.round_sizes[0]
+    # one round: the fetch of its remote input rows (F = 8 floats and an 8-byte degree each), waited for in full
+    wire = link.latency_s + link.gap_s + size.remote_inputs * (8 * 4 + 8) / link.bandwidth_Bps
+    assert one.fetch_wait_s[0] == pytest.approx(wire)
+    # rounds of one batch: the first round's transfer waits, the others hide behind a round's step on this fast link
+    rounds = simulate_sampling_epoch(stats, model, SamplingSpec((5, 5), 100, True, 1), profile, sampler=costs)
+    first = rounds.round_sizes[0]
+    wire1 = link.latency_s + link.gap_s + first.remote_inputs * (8 * 4 + 8) / link.bandwidth_Bps
+    assert rounds.rounds == 5 and rounds.fetch_wait_s[0] == pytest.approx(wire1)
+    waited = simulate_sampling_epoch(stats, model, SamplingSpec((5, 5), 100, False, 1), profile, sampler=costs)
+    assert waited.fetch_wait_s[0] == pytest.approx(5 * wire1)
+    # every blocking call pays sync_s: per round a mask and a reply for hop 2 and the fetch's mask (3), per step
+    # the gradient all-reduce (5), per epoch the two all-reduces of batch sizes and totals
+    synced = simulate_sampling_epoch(stats, model, SamplingSpec((5, 5), 100, True, 0), profile,
+                                     sampler=dataclasses.replace(costs, sync_s=1e-3))
+    assert synced.epoch_time_s - one.epoch_time_s == pytest.approx((3 + 5 + 2) * 1e-3)
 
 
 def two_part_stats() -> PartitionStats:
@@ -146,14 +272,26 @@ def test_stale_epoch_hides_the_exchange_and_pays_the_cache():
     for s in (1, 2):
         stale = simulate_stale_epoch(stats, model, s, profile)
         assert stale.epoch_time_s <= one.epoch_time_s * 1.0001
-        # (S + 1) received halo buffers and S posted send buffers per layer: in = [8000, 4000], out = [4000, 8000]
-        np.testing.assert_allclose(stale.cache_bytes, (s + 1) * np.array([8000.0, 4000.0]) + s * np.array([4000.0,
-                                                                                                       8000.0]))
+        # S + 1 queued exchanges per layer, each with its received and sent rows: in = [8000, 4000], out = [4000, 8000]
+        np.testing.assert_allclose(stale.cache_bytes, (s + 1) * np.array([12000.0, 12000.0]))
         exact = simulate_epoch(stats, model, RunSpec(mode="oneshot"), profile)
         np.testing.assert_allclose(stale.peak_above_baseline_bytes - exact.peak_above_baseline_bytes,
                                    stale.cache_bytes)
     with pytest.raises(ValueError, match="staleness"):
         simulate_stale_epoch(stats, model, 0, profile)
+
+
+def test_stale_exchange_takes_the_emulated_link():
+    """On emulated hosts (one worker per NIC) the halo rows cross the inter-host link: a slow one bounds the epoch."""
+    stats = two_part_stats()
+    model = ModelSpec(model="gcn", layers=2, hidden=16, batchnorm=False, dropout=0.0)
+    slow = Link(latency_s=1e-4, bandwidth_Bps=1e5, gap_s=1e-5)
+    profile = dataclasses.replace(PRESETS["reference-laptop"](), inter_host=slow)
+    stale = simulate_stale_epoch(stats, model, 1, profile, RunSpec(workers_per_nic=1))
+    recv, send = halo_bytes(stats, [16, 4], 4)  # GCN exchanges W h: widths 16 (hidden) and 4 (classes)
+    per_layer = 1e-4 + 1e-5 + np.maximum(recv, send) / 1e5
+    np.testing.assert_allclose(stale.exchange_s, per_layer.sum(axis=1))
+    assert stale.epoch_time_s >= float(stale.exchange_s.max())
 
 
 def test_sampling_epoch_counts_steps_and_every_strategy_predicts():
