@@ -113,6 +113,7 @@ def run(job: Job, rank: int, world: int, host: str, port: int, out_path: str | N
             trainer = _trainer(job, graph, part, job.model, job.train) if job.sampling is None else \
                 MiniBatchTrainer(graph, part, job.model, job.train, job.sampling, job.sampling.round_batches)
             gc.collect()
+            gc.freeze()  # set-up's objects leave the collector's generations: epochs no longer re-scan them
             comm.barrier()
             baseline = memory.baseline_bytes()
             if job.memray_dir:
