@@ -2,7 +2,7 @@
 
 ``real.run``, ``real.gradients`` and their results are the Python API (:mod:`real.api`). They are loaded on
 first use, so that ``import real`` and the command-line dispatcher stay free of torch, and so that
-``python -m real.worker`` does not import the worker module twice.
+``python -m real.worker`` (or :mod:`real.worker_entry`) does not import the worker module twice.
 """
 from __future__ import annotations
 

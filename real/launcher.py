@@ -1,7 +1,7 @@
 """Launch N worker processes on loopback or on an emulated cluster network, watch them, and report which rank failed
 and why; on every way out (success, a failed rank, SIGINT/SIGTERM) stop every worker and remove what the run made.
 
-Workers are ``python -m real.worker RUNDIR RANK`` processes in sessions of their own (a Ctrl-C on the terminal
+Workers are ``python -m real.worker_entry RUNDIR RANK`` processes in sessions of their own (a Ctrl-C on the terminal
 reaches only the launcher, which stops them), each asking the kernel to kill it when the launcher dies. They
 rendezvous with env:// semantics: on ``loopback`` at a store the launcher hosts on 127.0.0.1, on ``veth`` at rank 0's
 store on host 0's address, as torchrun ranks on real hosts do.
@@ -176,7 +176,7 @@ def _start(rank: int, world: int, rundir: str, network: netns.EmulatedNetwork | 
     if network is not None:
         env.update(network.env(rank), LOCAL_WORLD_SIZE=str(network.per_host), SARLAB_STORE_HOST_RANK0="1")
         prefix = network.command(rank)
-    return subprocess.Popen([*prefix, sys.executable, "-m", "real.worker", rundir, str(rank)], env=env,
+    return subprocess.Popen([*prefix, sys.executable, "-m", "real.worker_entry", rundir, str(rank)], env=env,
                             start_new_session=True)
 
 

@@ -1,7 +1,7 @@
 """A worker process: join the process group, load its part, run the job, report to rank 0.
 
-``python -m real.worker RUNDIR RANK`` is how the launcher starts one (the job is in ``RUNDIR/job.pkl``, the
-rendezvous in the env:// variables); :func:`run_from_env` is the same under torchrun.
+``python -m real.worker_entry RUNDIR RANK`` (:mod:`real.worker_entry`) is how the launcher starts one (the job is
+in ``RUNDIR/job.pkl``, the rendezvous in the env:// variables); :func:`run_from_env` is the same under torchrun.
 """
 from __future__ import annotations
 
@@ -113,7 +113,8 @@ def run(job: Job, rank: int, world: int, host: str, port: int, out_path: str | N
             trainer = _trainer(job, graph, part, job.model, job.train) if job.sampling is None else \
                 MiniBatchTrainer(graph, part, job.model, job.train, job.sampling, job.sampling.round_batches)
             gc.collect()
-            gc.freeze()  # set-up's objects leave the collector's generations: epochs no longer re-scan them
+            gc.freeze()  # set-up's objects leave the collector's generations (it was paused since the imports:
+            gc.enable()  # real.worker_entry); epochs collect only what they create
             comm.barrier()
             baseline = memory.baseline_bytes()
             if job.memray_dir:
@@ -215,8 +216,9 @@ def run_from_env(job: Job, out_path: str | None) -> list:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m real.worker RUNDIR RANK``: the launcher's worker. Dies with the launcher; on failure leaves its
-    traceback in ``RUNDIR/rank{RANK}.err`` for the launcher; rank 0 writes the gathered result to ``RUNDIR/result``.
+    """``python -m real.worker RUNDIR RANK`` (the launcher starts it through :mod:`real.worker_entry`): the
+    launcher's worker. Dies with the launcher; on failure leaves its traceback in ``RUNDIR/rank{RANK}.err`` for
+    the launcher; rank 0 writes the gathered result to ``RUNDIR/result``.
     """
     rundir, rank_text = sys.argv[1:3] if argv is None else argv
     rank = int(rank_text)

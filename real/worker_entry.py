@@ -1,0 +1,21 @@
+"""A worker process's entry point: ``python -m real.worker_entry RUNDIR RANK`` (what the launcher starts).
+
+The cyclic garbage collector is paused through the worker's imports and set-up: importing torch and building
+the graph create a few hundred thousand long-lived objects, and the collector's full passes over them cost each
+worker seconds of CPU before its first epoch (N workers on few cores pay it N times). :func:`real.worker.run`
+collects once, freezes what set-up built and turns the collector back on before the first epoch.
+"""
+from __future__ import annotations
+
+import gc
+
+
+def _main() -> None:
+    gc.disable()
+    from real.worker import main  # the heavy imports, with the collector paused
+
+    main()
+
+
+if __name__ == "__main__":
+    _main()
