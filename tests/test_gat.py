@@ -8,6 +8,7 @@ from torch_geometric.nn import GATConv as PyGGATConv
 
 import kernels
 import sarlab.nn.gat as gat_module
+from kernels import torch_backend
 from real.verify import format_table, verify
 from sarlab.aggregate import ShardAggregate
 from sarlab.config import EngineConfig
@@ -99,7 +100,7 @@ def test_unfused_sar_chunks_equal_one_pass(graph, monkeypatch):
         monkeypatch.setattr(gat_module, "UNFUSED_CHUNK_EDGES", chunk)
         out = ShardAggregate.apply(sg, agg, sg.local_shard, rows, dst)
         results.append((out.detach(), torch.autograd.grad((out * weight).sum(), rows)[0]))
-    assert len(gat_module._row_chunks(sg.local_shard.rowptr, 7)) > 100
+    assert len(torch_backend.row_chunks(sg.local_shard.rowptr, 7)) > 100
     torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-13, atol=1e-13)
     torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-12, atol=1e-13)
 
@@ -307,3 +308,92 @@ def test_fused_kernels_merge_shards_through_the_state(monkeypatch):
                                               0.2, m, l, upstream, delta, backend="cpp")
         g_dst, g_src[part], g_z[part] = g_dst + d, s, gz
     _assert_matches((out, g_dst, g_src, g_z), _dense_reference(adj, s_dst, s_src, z, 0.2, upstream), torch.float64)
+
+
+# ---------------------------------------------------------------------------------------------- unfused torch kernels
+# The torch kernels the unfused ``sar`` path streams (chunks of edges; weighted sums as block-diagonal sparse
+# products, the backward's source side over the transpose) against the same dense reference.
+def _unfused_kernels(rowptr, col, s_dst, s_src, z, slope, upstream, max_edges, state=None, transpose=None,
+                     out=None):
+    """Forward (into ``state`` when given), finalize and backward of the torch kernels: (out, d s_dst, d s_src, d z)."""
+    s_dst, s_src, z = s_dst.detach(), s_src.detach(), z.detach()
+    m, l, acc = state if state is not None else kernels.empty_state(rowptr.numel() - 1, z.shape[1], z.shape[2], z)
+    torch_backend.gat_forward_shard(rowptr, col, s_dst, s_src, z, slope, m, l, acc, max_edges=max_edges)
+    result = kernels.gat_finalize(m, l, acc)
+    delta = (upstream * result).sum(-1)
+    grads = torch_backend.gat_backward_shard(rowptr, col, s_dst, s_src, z, slope, m, l, upstream, delta, out=out,
+                                             max_edges=max_edges, transpose=transpose)
+    return (result, *grads)
+
+
+@pytest.mark.parametrize("max_edges", [None, 1, 7, 50])
+@pytest.mark.parametrize("heads", [1, 2, 8])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_unfused_kernels_match_dense_reference(max_edges, heads, dtype):
+    """Destinations 0-2 without in-edges, a source without out-edges, rows longer than a chunk (7), one row per
+    chunk (1), several rows per chunk (50), one chunk (None)."""
+    adj = _adjacency(37, 41, 0.3, seed=heads)
+    rowptr, col = _csr(adj)
+    if max_edges is not None:
+        assert len(torch_backend.row_chunks(rowptr, max_edges)) > 1
+        long_rows_alone = any(end - first == 1 and int(rowptr[end] - rowptr[first]) > max_edges
+                              for first, end in torch_backend.row_chunks(rowptr, max_edges))
+        assert long_rows_alone == (max_edges < int(rowptr.diff().max()))
+    s_dst, s_src, z, upstream = _inputs(adj, heads, 5, dtype, seed=20 + heads)
+    got = _unfused_kernels(rowptr, col, s_dst, s_src, z, 0.2, upstream, max_edges)
+    _assert_matches(got, _dense_reference(adj, s_dst, s_src, z, 0.2, upstream), dtype)
+    assert torch.equal(got[0][:3], torch.zeros_like(got[0][:3])) and torch.equal(got[3][-1], torch.zeros_like(z[-1]))
+
+
+@pytest.mark.parametrize("slope", [0.0, 0.01, 0.5, 1.0])
+def test_unfused_kernels_negative_slopes(slope):
+    adj = _adjacency(30, 25, 0.4, seed=3)
+    rowptr, col = _csr(adj)
+    s_dst, s_src, z, upstream = _inputs(adj, 4, 3, torch.float64, seed=4)
+    _assert_matches(_unfused_kernels(rowptr, col, s_dst, s_src, z, slope, upstream, max_edges=5),
+                    _dense_reference(adj, s_dst, s_src, z, slope, upstream), torch.float64)
+
+
+def test_unfused_kernels_wide_logit_range():
+    """Logits spread over thousands (exp(e - max) underflows for most edges), in chunks, fp64."""
+    adj = _adjacency(40, 50, 0.5, seed=5)
+    rowptr, col = _csr(adj)
+    s_dst, s_src, z, upstream = _inputs(adj, 2, 4, torch.float64, seed=6, scale=400.0)
+    _assert_matches(_unfused_kernels(rowptr, col, s_dst, s_src, z, 0.2, upstream, max_edges=30),
+                    _dense_reference(adj, s_dst, s_src, z, 0.2, upstream), torch.float64)
+
+
+def test_unfused_kernels_engine_layout_and_shards():
+    """As the engine calls them: z and s_src as column slices of ``[z | s_src]`` rows, gradients added into column
+    slices of one zeroed row-gradient tensor and a slice of the destination gradient, a precomputed transpose, and
+    two shards (sources split in two ranges) merged through the state: the per-shard gradients add up to the
+    whole graph's."""
+    heads, channels = 3, 4
+    adj = _adjacency(26, 30, 0.4, seed=13)
+    s_dst, s_src, z, upstream = _inputs(adj, heads, channels, torch.float64, seed=14, scale=3.0)
+    hc = heads * channels
+    rows = torch.cat([z.detach().reshape(30, hc), s_src.detach()], 1)
+    dst_grad = torch.zeros(26, hc + 2 * heads, dtype=torch.float64)
+    halves = (slice(0, 13), slice(13, 30))
+    csrs = [_csr(adj[:, part]) for part in halves]
+    state = kernels.empty_state(26, heads, channels, z)
+    for (rowptr, col), part in zip(csrs, halves, strict=True):
+        part_rows = rows[part]
+        torch_backend.gat_forward_shard(rowptr, col, s_dst.detach(), part_rows[:, hc:],
+                                        part_rows[:, :hc].view(-1, heads, channels), 0.2, *state, max_edges=9)
+    m, l, acc = state
+    out = kernels.gat_finalize(m, l, acc)
+    delta = (upstream * out).sum(-1)
+    row_grads = torch.zeros_like(rows)
+    for (rowptr, col), part in zip(csrs, halves, strict=True):
+        part_rows, part_grads = rows[part], row_grads[part]
+        num_src = part_rows.shape[0]
+        grads = torch_backend.gat_backward_shard(
+            rowptr, col, s_dst.detach(), part_rows[:, hc:], part_rows[:, :hc].view(-1, heads, channels), 0.2, m, l,
+            upstream, delta,
+            out=(dst_grad[:, -heads:], part_grads[:, hc:], part_grads[:, :hc].view(-1, heads, channels)),
+            max_edges=9, row=torch_backend.csr_rows(rowptr), transpose=kernels.csr_transpose(rowptr, col, num_src))
+        assert grads[0].data_ptr() == dst_grad[:, -heads:].data_ptr()
+    assert torch.equal(dst_grad[:, :-heads], torch.zeros_like(dst_grad[:, :-heads]))
+    got = (out, dst_grad[:, -heads:], row_grads[:, hc:], row_grads[:, :hc].view(-1, heads, channels))
+    _assert_matches(got, _dense_reference(adj, s_dst, s_src, z, 0.2, upstream), torch.float64)

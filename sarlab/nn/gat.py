@@ -5,7 +5,9 @@ import torch
 from torch import nn
 
 import kernels
+from kernels import torch_backend
 
+from .. import phases
 from ..aggregators import shard_transpose
 from ..shards import Shard
 
@@ -19,18 +21,14 @@ def _leaky(x: torch.Tensor, slope: float) -> torch.Tensor:
 UNFUSED_CHUNK_EDGES = 1 << 15
 
 
-def _row_chunks(rowptr: torch.Tensor, max_edges: int) -> list[tuple[int, int]]:
-    """Destination-row ranges [first, end) holding at most ``max_edges`` in-edges each (or a single row)."""
-    num_rows, total = rowptr.numel() - 1, int(rowptr[-1])
-    if total <= max_edges:
-        return [(0, num_rows)]
-    chunks, first = [], 0
-    while first < num_rows:
-        end = int(torch.searchsorted(rowptr, rowptr[first] + max_edges, right=True)) - 1
-        end = min(max(end, first + 1), num_rows)
-        chunks.append((first, end))
-        first = end
-    return chunks
+@phases.tagged("graph_structure")
+def _unfused_transpose(shard: Shard) -> kernels.Transpose:
+    """The shard's CSC for the unfused backward's source side, built once (in torch) and cached on the shard
+    under the key the fused kernels' ``shard_transpose`` uses (the same structure)."""
+    transpose = shard.cache.get("csc")
+    if transpose is None:
+        transpose = shard.cache["csc"] = kernels.csr_transpose(shard.rowptr, shard.src, shard.num_src, "torch")
+    return transpose
 
 
 class AttentionAggregation:
@@ -43,7 +41,10 @@ class AttentionAggregation:
 
     ``fused``: the C++ kernels stream edges without storing per-edge tensors, forward and backward.
     Unfused: plain torch; in ``sa`` and ``oneshot`` (and on one worker) it builds and keeps the autograd
-    graph (E x H logits and E x H x C messages per layer), as a plain PyG-style implementation does.
+    graph (E x H logits and E x H x C messages per layer), as a plain PyG-style implementation does. In
+    ``sar`` it streams each shard in chunks of at most :data:`UNFUSED_CHUNK_EDGES` edges through
+    ``kernels.torch_backend`` (per-edge weights ``[H,E]``, weighted sums as sparse products), recomputing
+    the attention weights in the backward pass.
     """
 
     linear = False
@@ -84,13 +85,9 @@ class AttentionAggregation:
         if self.fused:
             return list(kernels.gat_forward_shard(shard.rowptr, shard.src, s_dst, s_src, z_src, self.slope,
                                                   (m, l, acc), backend=self.backend, inplace=True))
-        s_dst = s_dst.contiguous()
-        for first, end in _row_chunks(shard.rowptr, UNFUSED_CHUNK_EDGES):  # in place into row slices of the state
-            edge_first, edge_end = int(shard.rowptr[first]), int(shard.rowptr[end])
-            kernels.gat_forward_shard(shard.rowptr[first:end + 1] - edge_first, shard.src[edge_first:edge_end],
-                                      s_dst[first:end], s_src, z_src, self.slope,
-                                      (m[first:end], l[first:end], acc[first:end]), backend="torch", inplace=True)
-        return [m, l, acc]
+        # streamed in chunks of edges, in place into the state
+        return list(torch_backend.gat_forward_shard(shard.rowptr, shard.src, s_dst, s_src, z_src, self.slope, m, l, acc,
+                                                    max_edges=UNFUSED_CHUNK_EDGES, row=shard.dst))
 
     def _accumulate_autograd(self, state, shard, z_src, s_src, s_dst) -> list:
         m_old, l_old, acc_old = state
@@ -118,23 +115,20 @@ class AttentionAggregation:
         if shard.num_edges == 0:
             return torch.zeros_like(rows), g_dst, ()
         delta = (grad_out * out).sum(-1)
-        backend = self.backend if self.fused else "torch"
-        transpose = shard_transpose(shard, backend)
+        if not self.fused:  # chunks of edges adding into the row gradients' column slices in place
+            grad_rows = torch.zeros_like(rows)
+            hc = self.heads * self.channels
+            torch_backend.gat_backward_shard(
+                shard.rowptr, shard.src, s_dst, s_src, z_src, self.slope, m, l, grad_out, delta,
+                out=(g_dst[:, -self.heads:], grad_rows[:, hc:], grad_rows[:, :hc].view(-1, self.heads, self.channels)),
+                max_edges=UNFUSED_CHUNK_EDGES, row=shard.dst, transpose=_unfused_transpose(shard))
+            return grad_rows, g_dst, ()
+        transpose = shard_transpose(shard, self.backend)
         s_dst, s_src, grad_out = (t.contiguous() for t in (s_dst, s_src, grad_out))
-        if self.fused:  # the C++ kernels read z's rows in place (a column slice of the exchanged rows)
-            g_s_dst, g_s_src, g_z = kernels.gat_backward_shard(
-                shard.rowptr, shard.src, s_dst, s_src, z_src, self.slope, m, l, grad_out, delta, backend=backend,
-                transpose=transpose)
-        else:
-            z_src = z_src.contiguous()  # once here, not in every chunk's call
-            # every chunk adds into one set of accumulators (its destination rows' slice of g_s_dst)
-            g_s_dst, g_s_src, g_z = torch.zeros_like(s_dst), torch.zeros_like(s_src), torch.zeros_like(z_src)
-            for first, end in _row_chunks(shard.rowptr, UNFUSED_CHUNK_EDGES):
-                edge_first, edge_end = int(shard.rowptr[first]), int(shard.rowptr[end])
-                kernels.gat_backward_shard(
-                    shard.rowptr[first:end + 1] - edge_first, shard.src[edge_first:edge_end], s_dst[first:end],
-                    s_src, z_src, self.slope, m[first:end], l[first:end], grad_out[first:end], delta[first:end],
-                    backend="torch", out=(g_s_dst[first:end], g_s_src, g_z))
+        # the C++ kernels read z's rows in place (a column slice of the exchanged rows)
+        g_s_dst, g_s_src, g_z = kernels.gat_backward_shard(
+            shard.rowptr, shard.src, s_dst, s_src, z_src, self.slope, m, l, grad_out, delta, backend=self.backend,
+            transpose=transpose)
         g_dst[:, -self.heads:] = g_s_dst
         return torch.cat([g_z.reshape(g_z.shape[0], -1), g_s_src], 1), g_dst, ()
 
