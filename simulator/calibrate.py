@@ -13,7 +13,9 @@ The steps, in order (each a :func:`simulator.harness.quiet_step`):
 
 A calibration whose thread efficiencies are implausible for the core count
 (:func:`simulator.plausibility.implausible_thread_effs`) is flagged loudly: in the log, in the profile's notes and
-in ``meta["implausible"]``; ``sarlab calibrate`` then refuses to write it where it was asked to.
+in ``meta["implausible"]``; ``sarlab calibrate`` then refuses to write it where it was asked to. A compute scale far
+from 1 (:func:`simulator.plausibility.implausible_compute_scale`: a microbenchmark off the engine's code path) is
+flagged in the log, the notes and ``meta["compute_scale_flag"]``, and written: calibrating again would not change it.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from simulator.gatbench import bench_gat_autograd, bench_gat_fused, bench_gat_un
 from simulator.harness import jsonable, quiet_step, set_threads
 from simulator.hostbench import bench_allocator, bench_first_use, bench_messages, bench_network, bench_share
 from simulator.opbench import bench_elementwise, bench_gemm, bench_max, bench_spmm
-from simulator.plausibility import implausible_thread_effs
+from simulator.plausibility import implausible_compute_scale, implausible_thread_effs
 from simulator.profile import Link, OpCost, Profile
 
 __all__ = ["Calibration", "calibrate"]
@@ -218,9 +220,13 @@ def calibrate(cal: Calibration | None = None, name: str = "local") -> Profile:
         ),
     )
     profile = _fit_engine(cal, found, profile)
+    off_scale = implausible_compute_scale(profile.compute_scale)
+    for line in off_scale:
+        log(f"    WARNING: implausible {line}")
     elapsed = time.perf_counter() - start
     log(f"calibration done in {elapsed:.1f}s")
-    flagged = tuple(f"IMPLAUSIBLE {line}: re-run `sarlab calibrate` on quiet, separate cores" for line in implausible)
+    flagged = (*(f"IMPLAUSIBLE {line}: re-run `sarlab calibrate` on quiet, separate cores" for line in implausible),
+               *(f"IMPLAUSIBLE {line}" for line in off_scale))
     return replace(
         profile,
         notes=(*flagged, *profile.notes, *found.notes),
@@ -232,6 +238,7 @@ def calibrate(cal: Calibration | None = None, name: str = "local") -> Profile:
             "quick": cal.quick,
             "seconds": round(elapsed, 2),
             "implausible": list(implausible),
+            "compute_scale_flag": list(off_scale),
             "raw": jsonable(found.raw),
         },
     )

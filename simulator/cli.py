@@ -127,6 +127,8 @@ def calibrate_main(argv: list[str] | None = None) -> int:
         print(f"error: not written to {args.out}: the thread efficiencies cannot be what {profile.cores_per_host} "
               "cores deliver (other processes on the cores? SMT siblings?); calibrate again on a quiet machine, or "
               f"pass --accept-implausible; the measured profile is in {out}", file=sys.stderr)  # fmt: skip
+    for line in profile.meta.get("compute_scale_flag", []):
+        _warn(f"{line} (written all the same: the scale absorbs it, but applies it to every op family)")
     path = save_profile(profile, out)
     _print(f"wrote {path}")
     if args.json:
@@ -234,7 +236,7 @@ def simulate_main(argv: list[str] | None = None) -> int:
         return 2
     for lp in links:
         _print(f"link {lp.link.bandwidth_Bps * 8 / 1e6:,.1f} Mbit/s payload, latency {lp.link.latency_s * 1e6:.0f} us "
-               f"+ gap {lp.link.gap_s * 1e6:.0f} us from {lp.source}")
+               f"+ gap {lp.link.gap_s * 1e6:.0f} us, shared efficiency {lp.shared_efficiency:.2f} from {lp.source}")
         for line in lp.assumed:
             _warn(f"link profile {lp.source}: {line}")
     if args.validate:  # the records' machine is the one to compare with (machine_mismatch)

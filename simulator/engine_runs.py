@@ -34,7 +34,8 @@ ENGINE_SIZES_QUICK = (1_500, 3_000)
 
 
 def engine_epoch(
-    spec: str, model: str, layers: int, hidden: int, epochs: int, partition_dir: str | Path, threads: int = 1
+    spec: str, model: str, layers: int, hidden: int, epochs: int, partition_dir: str | Path, threads: int = 1,
+    memory: str = "rss",
 ) -> pd.Series:
     """One real single-worker ``sarlab train`` run of ``model`` (sar, mean aggregation) on graph ``spec``
     with ``threads`` threads (0: the engine's default, all cores); returns its
@@ -42,7 +43,11 @@ def engine_epoch(
     ``partition_dir`` is reused when it already holds the partition.
 
     One thread by default: the compute scale fitted from these runs then holds no error of the measured
-    thread efficiencies, which the simulator applies on its own.
+    thread efficiencies, which the simulator applies on its own. ``--memory rss`` by default: glibc's
+    allocator with the engine's thresholds, under which the op microbenchmarks run (large outputs are fresh
+    pages) and the validation campaigns' runs too; ``live`` (``sarlab train``'s default) installs the counting
+    allocator, whose block cache reuses resident pages and makes elementwise work about 4x faster, which the
+    microbenchmarks do not see (the scale would then hold it: 0.47 in campaign 9's profile).
     """
     reuse = (Path(partition_dir) / "manifest.json").exists()
     graph = ["--graph", str(partition_dir)] if reuse else ["--graph", spec, "--partition-dir", str(partition_dir)]
@@ -51,7 +56,7 @@ def engine_epoch(
         cmd = [
             sys.executable, "-m", "real.cli", "train", *graph, "--workers", "1", "--mode", "sar",
             "--model", model, "--layers", str(layers), "--hidden", str(hidden), "--epochs", str(epochs),
-            "--threads", str(threads), "--eval-every", "0", "--json", str(out),
+            "--threads", str(threads), "--memory", memory, "--eval-every", "0", "--json", str(out),
         ]  # fmt: skip
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
         if proc.returncode != 0:

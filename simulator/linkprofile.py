@@ -12,6 +12,9 @@ A link profile is JSON; the reader takes what it finds and says what it assumed.
   costs on the machine's cores per byte a worker sends or receives, beyond loopback (:mod:`simulator.shapebench`);
   absent: 0. On the emulated network every host's workers compute on those cores, so it is added to the base
   profile's ``p2p_cpu_s_per_byte`` (background work on the shared cores, :class:`simulator.clock.WorkerClocks`);
+* ``shared_efficiency``: the share of the bandwidth a message gets while another uses its link end
+  (:mod:`simulator.sharing`, measured by :mod:`simulator.roundbench`); absent: 1 (no loss). Below 1 the link is a
+  :class:`simulator.sharing.SharedLink`, so every reader (replay, ``sarlab simulate --net veth --link``) applies it;
 * ``rate_bps`` (the configured wire rate), ``net`` (the spec it measured, e.g. ``veth:rate=200mbit,hosts=2``),
   ``hosts``, ``method``, ``date``, ``cpu``: provenance, and which records a profile applies to.
 
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.profile import Link, Profile
+from simulator.sharing import shared_link
 
 SCHEMA = "sarlab-link-profile/1"
 _RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
@@ -45,6 +49,7 @@ class LinkProfile:
         source: path and provenance, for messages.
         assumed: what the reader had to assume (empty when the profile had every field).
         shaping_cpu_s_per_byte: CPU seconds of the emulated path per byte sent or received (0 = none measured).
+        shared_efficiency: the profile's ``shared_efficiency`` (1 = none measured); ``link`` carries it.
     """
 
     link: Link
@@ -52,6 +57,7 @@ class LinkProfile:
     source: str
     assumed: tuple[str, ...] = ()
     shaping_cpu_s_per_byte: float = 0.0
+    shared_efficiency: float = 1.0
 
 
 def parse_rate(text: str) -> int:
@@ -105,15 +111,17 @@ def read_link_profile(path: str | Path, base: Profile) -> LinkProfile:
     where = ", ".join(str(d.get(k, "?")) for k in ("net", "method", "date", "cpu"))
     where = f"{path} ({where})"
     shaping = float(d.get("shaping_cpu_s_per_byte") or 0.0)
-    return LinkProfile(Link(latency, bandwidth, gap), rate, where, tuple(assumed), shaping)
+    eta = float(d.get("shared_efficiency") or 1.0)
+    link = shared_link(Link(latency, bandwidth, gap), eta)
+    return LinkProfile(link, rate, where, tuple(assumed), shaping, eta)
 
 
 def for_network(profile: Profile, links: list[LinkProfile], net: Any, workers: int) -> tuple[Profile, int | None]:
     """The profile and workers per host of a run on network ``net`` (a spec; see the module docstring).
 
     ``loopback``: the profile as it is (``None``: its placement). ``veth``: the link profile of the same rate
-    (the only one, when one is given without a rate) becomes the inter-host link, its shaping CPU is added to
-    the CPU per point-to-point byte; ``N / H`` workers per host.
+    (the only one, when one is given without a rate) becomes the inter-host link (with its ``shared_efficiency``),
+    its shaping CPU is added to the CPU per point-to-point byte; ``N / H`` workers per host.
     """
     kind, rate, hosts = parse_net(net)
     if kind == "loopback":

@@ -1,8 +1,10 @@
 """Microbenchmarks of the op families of dense and sparse aggregation: GEMM, sum (spmm) and max aggregation,
 elementwise bandwidth.
 
-Every family is timed on one thread on several shapes with the op patterns the engine uses (in place where
-the engine works in place, under the engine's malloc settings so that large outputs are fresh pages), then
+Every family is timed on one thread on several shapes with the op patterns the engine uses, the sparse ones
+through the engine's own entry points (:meth:`sarlab.shards.Shard.spmm`, :class:`sarlab.aggregators.Aggregation`:
+the C++ kernels, or their torch fallback where the extension is unavailable), in place where the engine works in
+place, under the engine's malloc settings so that large outputs are fresh pages, then
 fitted (:func:`simulator.fitting.fit_op`); its thread efficiency comes from its slowest shape timed on one
 thread and on all cores (:func:`parallel_eff`).
 """
@@ -17,6 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
+import kernels
+from sarlab.aggregators import Aggregation
+from sarlab.shards import Shard
 from simulator.calibration import Calibration, Findings
 from simulator.fitting import fit_cache, fit_nonnegative, fit_op, rate_from, thread_eta
 from simulator.harness import set_threads, time_call
@@ -29,7 +34,6 @@ def random_csr(num_dst: int, num_src: int, degree: int, gen: torch.Generator) ->
     col = col.view(num_dst, degree).sort(dim=1).values.reshape(-1)
     rowptr = torch.arange(0, num_dst * degree + 1, degree, dtype=torch.long)
     return rowptr, col
-
 
 
 def bench_gemm(cal: Calibration, found: Findings, cores: int) -> OpCost:
@@ -59,8 +63,6 @@ def bench_gemm(cal: Calibration, found: Findings, cores: int) -> OpCost:
     eff = parallel_eff(cal, found, cores, lambda: a @ w, "gemm")
     found.raw["gemm"] = {"shapes": shapes, "seconds": secs}
     return OpCost(rate=rate_from(coef[1], 1e10), overhead_s=float(coef[0]), bwd_ratio=1.0, parallel_eff=eff)
-
-
 
 
 def parallel_eff(cal: Calibration, found: Findings, cores: int, fn: Callable[[], Any], name: str) -> float:
@@ -106,116 +108,110 @@ def cache_sweep(cal: Calibration) -> list[tuple[int, int, int]]:
     return [(16000, 8, 256), (64000, 8, 256), (256000, 8, 256), (1000000, 8, 256)]
 
 
+def random_shard(n: int, degree: int, gen: torch.Generator) -> Shard:
+    """An engine :class:`~sarlab.shards.Shard` over ``n`` rows with ``degree`` random in-edges per row
+    (:func:`random_csr`), its transposed index built (the engine caches it with the shard)."""
+    rowptr, col = random_csr(n, n, degree, gen)
+    shard = Shard(0, col, torch.repeat_interleave(torch.arange(n), degree), n, n)
+    shard.transpose_index()
+    return shard
+
+
+def spmm_backend(found: Findings) -> str:
+    """The kernels backend :meth:`sarlab.shards.Shard.spmm` runs here ('cpp', or 'torch' when the C++ extension
+    is unavailable), written into ``found.notes`` with the reason of a fallback."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the one-line fallback warning: the note below says it
+        backend = kernels.backend()
+    why = "" if backend == "cpp" else f" (C++ extension unavailable: {kernels.extension_error()})"
+    found.notes.append(f"spmm measured through sarlab.shards.Shard.spmm on kernels backend {backend!r}{why}")
+    return backend
 
 
 def bench_spmm(cal: Calibration, found: Findings, cores: int, gen: torch.Generator) -> OpCost:
-    """Sum aggregation of one shard as the engine runs it: ``state.addmm_(A, X)`` with a CSR ``A``, in place
-    into a running state whose pages are already touched (the state's zero fill is priced apart,
-    :meth:`simulator.layers.LayerPlan.agg_init`); backward ``A^T G`` the same way (the ring modes' local
-    shard). The engine's other backward calls return ``A^T G`` as a fresh result (send buffers, oneshot):
-    what that costs beyond the in-place product, per output byte, is ``fresh_rate`` (median over the
-    shapes with outputs of 1M+ elements)."""
-    rows, fwd, bwd, fresh = [], [], [], []
+    """Sum aggregation of one shard through the engine's own entry point, :meth:`sarlab.shards.Shard.spmm`
+    (the C++ SpMM, or ``torch.sparse`` CSR ``addmm_`` where the extension is unavailable; which one is
+    recorded): ``A X`` added in place into a running state whose pages are already touched (the state's zero
+    fill is priced apart, :meth:`simulator.layers.LayerPlan.agg_init`); backward ``A^T G`` the same way over
+    the shard's cached transposed index (the ring modes' local shard). Per shape of ``n`` rows, degree ``d``
+    and ``f`` features the forward time is fitted as
+
+    .. math:: t = o + \frac{n d f}{r} + \frac{n f}{r_{row}}
+
+    (:func:`simulator.fitting.fit_op`; the backward ratio is the median of backward over forward). The
+    engine's other backward calls return ``A^T G`` as a fresh result (send buffers, oneshot): what that costs
+    beyond the in-place product, per output byte, is ``fresh_rate`` (median over the shapes with outputs of
+    1M+ elements whose out-of-place call took longer; none where no such shape did)."""
+    rows, fwd, bwd, fresh, excess = [], [], [], [], []
     last = None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # sparse CSR support is in beta
-        for n, deg, f in sparse_shapes(cal):
-            rowptr, col = random_csr(n, n, deg, gen)
-            vals = torch.ones(col.numel())
-            a = torch.sparse_csr_tensor(rowptr, col, vals, size=(n, n))
-            at = a.t().to_sparse_csr()
-            x, state, grad = torch.randn(n, f), torch.zeros(n, f), torch.zeros(n, f)
-            tf = time_call(lambda a=a, x=x, s=state: s.addmm_(a, x), cal.repeats)
-            tb = time_call(lambda at=at, x=x, g=grad: g.addmm_(at, x), cal.repeats)
-            if n * f >= (100_000 if cal.quick else 1_000_000):
-                out_of_place = time_call(lambda at=at, x=x: at @ x, cal.repeats)
-                fresh.append(n * f * 4 / max(out_of_place - tb, 1e-9))
-            rows.append([1.0, n * deg * f, n * f])
-            fwd.append(tf)
-            bwd.append(tb)
-            if last is None or tf > last[0]:  # the slowest shape measures the thread efficiency
-                last = (tf, (a, x, state))
-        a, x, state = last[1]
-        eff = parallel_eff(cal, found, cores, lambda: state.addmm_(a, x), "spmm")
-        rate, overhead, row_rate, ratio = fit_op(rows, fwd, bwd, 1e9)
-        # past the cache: the same product on growing matrices; what the in-cache fit leaves unexplained
-        # is the cost of gathering rows from memory
-        work, edge_s, gathered = [], [], []
-        for n, deg, f in cache_sweep(cal):
-            rowptr, col = random_csr(n, n, deg, gen)
-            big = torch.sparse_csr_tensor(rowptr, col, torch.ones(col.numel()), size=(n, n))
-            src, acc = torch.randn(n, f), torch.zeros(n, f)
-            t = time_call(lambda m=big, x=src, s=acc: s.addmm_(m, x), 2)
-            work.append(float(n * deg * f))
-            edge_s.append(max(t - overhead - (n * f / row_rate if row_rate else 0.0), 1e-9))
-            gathered.append(float(n * f * 4))
-            del big, src, acc
+    backend = spmm_backend(found)
+    for n, deg, f in sparse_shapes(cal):
+        shard = random_shard(n, deg, gen)
+        x, state, grad = torch.randn(n, f), torch.zeros(n, f), torch.zeros(n, f)
+        tf = time_call(lambda sh=shard, x=x, s=state: sh.spmm(x, out=s), cal.repeats)
+        tb = time_call(lambda sh=shard, x=x, g=grad: sh.spmm(x, transpose=True, out=g), cal.repeats)
+        if n * f >= (100_000 if cal.quick else 1_000_000):
+            out_of_place = time_call(lambda sh=shard, x=x: sh.spmm(x, transpose=True), cal.repeats)
+            excess.append(out_of_place - tb)
+            if out_of_place > tb:  # an overwrite may beat the in-place add: then no fresh-page cost to see
+                fresh.append(n * f * 4 / (out_of_place - tb))
+        rows.append([1.0, n * deg * f, n * f])
+        fwd.append(tf)
+        bwd.append(tb)
+        if last is None or tf > last[0]:  # the slowest shape measures the thread efficiency
+            last = (tf, (shard, x, state))
+    shard, x, state = last[1]
+    eff = parallel_eff(cal, found, cores, lambda: shard.spmm(x, out=state), "spmm")
+    rate, overhead, row_rate, ratio = fit_op(rows, fwd, bwd, 1e9)
+    # past the cache: the same product on growing matrices; what the in-cache fit leaves unexplained
+    # is the cost of gathering rows from memory
+    work, edge_s, gathered = [], [], []
+    for n, deg, f in cache_sweep(cal):
+        big = random_shard(n, deg, gen)
+        src, acc = torch.randn(n, f), torch.zeros(n, f)
+        t = time_call(lambda sh=big, x=src, s=acc: sh.spmm(x, out=s), 2)
+        work.append(float(n * deg * f))
+        edge_s.append(max(t - overhead - (n * f / row_rate if row_rate else 0.0), 1e-9))
+        gathered.append(float(n * f * 4))
+        del big, src, acc
     llc, mem_rate = fit_cache(work, edge_s, gathered, rate) if work else (0.0, rate)
     found.raw["spmm"] = {"shapes": sparse_shapes(cal), "fwd": fwd, "bwd": bwd, "fresh_Bps": fresh,
-                       "cache_sweep": {"shapes": cache_sweep(cal), "edge_s": edge_s, "gathered_bytes": gathered}}
+                         "fresh_excess_s": excess, "backend": backend, "entry": "sarlab.shards.Shard.spmm",
+                         "cache_sweep": {"shapes": cache_sweep(cal), "edge_s": edge_s, "gathered_bytes": gathered}}
     found.raw["llc_bytes"] = llc
     return OpCost(rate=rate, overhead_s=overhead, bwd_ratio=ratio, parallel_eff=eff, row_rate=row_rate,
                   mem_rate=mem_rate if llc > 0 else None,
                   fresh_rate=float(statistics.median(fresh)) if fresh else None)
 
 
-def max_forward(
-    x: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, best: torch.Tensor, count: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One shard of a streamed max: gather, scatter amax, count ties, merge into (best, count)."""
-    msg = x[src]
-    index = dst.view(-1, 1).expand_as(msg)
-    shard_max = torch.full_like(best, -torch.inf).scatter_reduce(0, index, msg, "amax")
-    ties = torch.zeros_like(count).index_add_(0, dst, (msg == shard_max[dst]).to(count.dtype))
-    new = torch.maximum(best, shard_max)
-    count = torch.where(best == new, count, 0) + torch.where(shard_max == new, ties, 0)
-    return new, count
-
-
-def max_backward(
-    x: torch.Tensor,
-    src: torch.Tensor,
-    dst: torch.Tensor,
-    best: torch.Tensor,
-    count: torch.Tensor,
-    grad: torch.Tensor,
-) -> torch.Tensor:
-    """One shard's max-aggregation VJP rebuilt from its rows and the final (best, count)."""
-    with torch.enable_grad():
-        leaf = x.detach().requires_grad_(True)
-        msg = leaf[src]
-        hit = (msg.detach() == best[dst]) & (count[dst] > 0)
-        weight = hit.to(msg.dtype) / count[dst].clamp(min=1)
-        acc = torch.zeros_like(best).index_add(0, dst, msg * weight)
-        (g,) = torch.autograd.grad(acc, leaf, grad)
-    return g
-
-
 def bench_max(cal: Calibration, found: Findings, cores: int, gen: torch.Generator) -> OpCost:
-    """Max aggregation of one shard (gather + scatter_reduce amax + tie counts) and its rebuilt VJP."""
+    """Max aggregation of one shard through the engine's entry points, :class:`sarlab.aggregators.Aggregation`
+    ``("max")``: ``accumulate`` (the running max and tie counts, in place, ``kernels.csr_max_shard``) and
+    ``shard_vjp`` (``kernels.csr_max_backward`` over the shard's cached transpose); C++ or the torch fallback
+    as :func:`spmm_backend` records. Fitted as :func:`bench_spmm`'s forward."""
     rows, fwd, bwd = [], [], []
     last = None
+    agg = Aggregation("max")
     shapes = sparse_shapes(cal, scale=0.4)
     for n, deg, f in shapes:
-        rowptr, col = random_csr(n, n, deg, gen)
-        dst = torch.repeat_interleave(torch.arange(n), deg)
+        shard = random_shard(n, deg, gen)
         x = torch.randn(n, f)
-        best, count = torch.full((n, f), -torch.inf), torch.zeros(n, f)
-        tf = time_call(lambda x=x, c=col, d=dst, b=best, k=count: max_forward(x, c, d, b, k), cal.repeats)
-        fb, fc = max_forward(x, col, dst, best, count)
+        state = agg.init(n, x, None, (), shard)
+        tf = time_call(lambda sh=shard, x=x, st=state: agg.accumulate(st, sh, x, None, ()), cal.repeats)
+        out, saved = agg.finalize(None, state, None, ())
         g = torch.randn(n, f)
-        tb = time_call(lambda x=x, c=col, d=dst, b=fb, k=fc, g=g: max_backward(x, c, d, b, k, g), cal.repeats)
+        tb = time_call(lambda sh=shard, x=x, sv=saved, o=out, g=g: agg.shard_vjp(None, sv, o, sh, x, None, (), g),
+                       cal.repeats)
         rows.append([1.0, n * deg * f, n * f])
         fwd.append(tf)
         bwd.append(tb)
         if last is None or tf > last[0]:
-            last = (tf, (x, col, dst, best, count))
-    x, col, dst, best, count = last[1]
-    eff = parallel_eff(cal, found, cores, lambda: max_forward(x, col, dst, best, count), "max_aggr")
+            last = (tf, (shard, x, state))
+    shard, x, state = last[1]
+    eff = parallel_eff(cal, found, cores, lambda: agg.accumulate(state, shard, x, None, ()), "max_aggr")
     rate, overhead, row_rate, ratio = fit_op(rows, fwd, bwd, 1e8)
-    found.raw["max_aggr"] = {"shapes": shapes, "fwd": fwd, "bwd": bwd}
+    found.raw["max_aggr"] = {"shapes": shapes, "fwd": fwd, "bwd": bwd, "entry": "sarlab.aggregators.Aggregation"}
     return OpCost(rate=rate, overhead_s=overhead, bwd_ratio=ratio, parallel_eff=eff, row_rate=row_rate)
-
 
 
 def bench_elementwise(cal: Calibration, found: Findings, cores: int) -> OpCost:

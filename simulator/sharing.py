@@ -23,13 +23,14 @@ on the 2-core VM under a load of 11-16).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
-from functools import lru_cache
-from pathlib import Path
+from typing import TypeVar
 
-from simulator.linkprofile import LinkProfile
 from simulator.profile import Link
+
+#: a :class:`simulator.linkprofile.LinkProfile` (a dataclass with ``link`` and ``shared_efficiency``; this module
+#: does not import it: :mod:`simulator.linkprofile` builds its links here)
+LinkProfileT = TypeVar("LinkProfileT")
 
 
 @dataclass(frozen=True)
@@ -58,25 +59,22 @@ def shared_occupancy(link: Link, nbytes: float, shared: bool) -> float:
     return link.gap_s + nbytes / ((shared_efficiency(link) if shared else 1.0) * link.bandwidth_Bps)
 
 
-@lru_cache(maxsize=64)
-def _efficiency_in(path: str) -> float:
-    try:
-        value = json.loads(Path(path).read_text()).get("shared_efficiency")
-    except (OSError, ValueError):
-        return 1.0
-    return float(value) if value else 1.0
+def shared_link(link: Link, efficiency: float) -> Link:
+    """``link`` as a :class:`SharedLink` of ``efficiency`` (below 1), else ``link`` itself.
 
-
-def with_sharing(lp: LinkProfile) -> LinkProfile:
-    """``lp`` with its link a :class:`SharedLink` carrying the profile file's ``shared_efficiency`` (absent or 1:
-    ``lp`` itself).
-
-    The file is the one :func:`simulator.linkprofile.read_link_profile` read, named first in ``lp.source``.
+    Args:
+        link: a plain link.
+        efficiency: ``eta_shared`` in (0, 1].
     """
-    if isinstance(lp.link, SharedLink):
-        return lp
-    eta = _efficiency_in(lp.source.split(" (", 1)[0])
-    if eta >= 1.0:
-        return lp
-    link = lp.link
-    return replace(lp, link=SharedLink(link.latency_s, link.bandwidth_Bps, link.gap_s, shared_efficiency=eta))
+    if efficiency >= 1.0 or isinstance(link, SharedLink):
+        return link
+    return SharedLink(link.latency_s, link.bandwidth_Bps, link.gap_s, shared_efficiency=efficiency)
+
+
+def with_sharing(lp: LinkProfileT) -> LinkProfileT:
+    """A link profile (:class:`simulator.linkprofile.LinkProfile`) whose link carries its ``shared_efficiency``:
+    ``lp`` itself when it already does or has none below 1 (as every profile
+    :func:`simulator.linkprofile.read_link_profile` returns; kept for callers that build link profiles by hand).
+    """
+    link = shared_link(lp.link, float(getattr(lp, "shared_efficiency", 1.0)))
+    return lp if link is lp.link else replace(lp, link=link)

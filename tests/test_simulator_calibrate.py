@@ -19,7 +19,7 @@ from simulator.epoch import simulate_epoch
 from simulator.fitting import fit_scale_curve, share_eta, thread_eta
 from simulator.hostbench import bench_first_use
 from simulator.model import ModelSpec
-from simulator.plausibility import implausible_thread_effs
+from simulator.plausibility import implausible_compute_scale, implausible_thread_effs
 from simulator.profile import OpCost, icelake_hdr200, load_profile, reference_laptop
 from simulator.provenance import plausibility_warnings, shipped_profiles
 from simulator.runspec import RunSpec
@@ -38,6 +38,7 @@ def test_calibrate_quick(tmp_path):
     assert prof.intra_host.bandwidth_Bps > 1e6 and prof.intra_host.alpha_s > 0
     assert prof.cores_per_host >= 1
     assert prof.meta["implausible"] == implausible_thread_effs(prof.ops, prof.meta["threads_measured"][-1])
+    assert prof.meta["compute_scale_flag"] == implausible_compute_scale(prof.compute_scale)
     # fitted from real engine epochs (sarlab train, 1 worker) of GCN and SAGE at two graph sizes: a power law
     # of sane multipliers of the op costs over the runs' predicted peak memory, that survives the JSON round
     # trip; its ends are the line numpy fits through the four runs' (log peak, log measured/predicted)

@@ -1,5 +1,6 @@
 """Concurrent flows on a shaped link (simulator.sharing): the bandwidth share of a message sharing a busy link end,
-its booking in both networks and the lockstep executor, the link-profile field and roundbench's fit."""
+its booking in both networks and the lockstep executor, the link-profile field (read, and used by sweeps) and
+roundbench's fit."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from simulator.profile import Link
 from simulator.roundbench import fit_shared_efficiency
 from simulator.runspec import RunSpec
 from simulator.sharing import SharedLink, shared_occupancy, with_sharing
+from simulator.sweep import simulate_sweep
 from simulator.workload import estimate_partition
 
 LINK = SharedLink(latency_s=1e-3, bandwidth_Bps=1e6, gap_s=0.0, shared_efficiency=0.8)
@@ -79,15 +81,47 @@ def test_link_profiles_carry_the_shared_efficiency(tmp_path):
     path = tmp_path / "link.json"
     path.write_text(json.dumps({"net": "veth:rate=150mbit", "bandwidth_bidir_Bps": 1.78e7, "latency_s": 1e-4,
                                 "shared_efficiency": 0.57}))  # fmt: skip
-    lp = with_sharing(read_link_profile(path, base))
+    read = read_link_profile(path, base)  # the reader builds the SharedLink itself: with_sharing has nothing to do
+    assert read.shared_efficiency == 0.57 and with_sharing(read) is read
+    lp = with_sharing(read)
     assert isinstance(lp.link, SharedLink) and lp.link.shared_efficiency == 0.57 and lp.link.bandwidth_Bps == 1.78e7
     other = tmp_path / "plain.json"
     other.write_text(json.dumps({"net": "veth:rate=150mbit", "bandwidth_bidir_Bps": 1.78e7, "latency_s": 1e-4}))
     plain = read_link_profile(other, base)
-    assert with_sharing(plain) is plain
+    assert with_sharing(plain) is plain and plain.shared_efficiency == 1.0 and not isinstance(plain.link, SharedLink)
+    # a link profile built by hand with the field but a plain link: with_sharing puts the field on the link
+    by_hand = with_sharing(replace(plain, shared_efficiency=0.5))
+    assert isinstance(by_hand.link, SharedLink) and by_hand.link.shared_efficiency == 0.5
     for bad in (0.0, 1.5):
         with pytest.raises(ValueError, match="shared_efficiency"):
             SharedLink(1e-3, 1e6, 0.0, shared_efficiency=bad)
+
+
+def test_simulate_sweeps_on_veth_apply_the_link_files_shared_efficiency(tmp_path):
+    """``sarlab simulate --net veth:... --link FILE`` (:func:`simulator.sweep.simulate_sweep`) prices the inter-host
+    link with the file's ``shared_efficiency``: its oneshot epoch (compute free, one worker per host) is the one of
+    a profile whose inter-host link is the hand-built SharedLink (latency 1e-3 s less the base gap, the file's
+    bandwidth, eta 0.5), and longer than with the same file without the field."""
+    base = replace(hand_profile(), workers_per_host=1)
+    base = replace(base, ops={k: replace(v, rate=INF) for k, v in base.ops.items()})
+    fields = {"net": "veth:rate=150mbit", "bandwidth_bidir_Bps": 1.78e7, "latency_s": 1e-3}
+    shared, plain = tmp_path / "shared.json", tmp_path / "plain.json"
+    shared.write_text(json.dumps({**fields, "shared_efficiency": 0.5}))
+    plain.write_text(json.dumps(fields))
+    spec = ModelSpec("gcn", layers=2, hidden=16, batchnorm=False, dropout=0.0)
+    workload, net = "estimate:nodes=4000,edges=40000,features=16,classes=4", "veth:rate=150mbit,hosts=4"
+
+    def epoch(path) -> float:
+        records, items = simulate_sweep(workload, ["oneshot"], [spec], [4], base, threads=1, edge_cut=0.3, net=net,
+                                        links=[read_link_profile(path, base)])
+        return float(items[0].result.epoch_time_s.max())
+
+    gap = base.intra_host.gap_s
+    by_hand = replace(base, inter_host=SharedLink(1e-3 - gap, 1.78e7, gap, shared_efficiency=0.5))
+    st = estimate_partition(4000, 40000, 4, 16, 4, edge_cut=0.3)
+    expected = simulate_epoch(st, spec, RunSpec(mode="oneshot", threads=1, workers_per_nic=1), by_hand)
+    assert epoch(shared) == pytest.approx(float(expected.epoch_time_s.max()), rel=1e-9)
+    assert epoch(shared) > epoch(plain)
 
 
 def test_roundbench_fit_by_hand():
