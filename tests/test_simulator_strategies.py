@@ -82,11 +82,16 @@ def monte_carlo(nbrs, seeds_from: np.ndarray, batch: int, fanouts, trials: int, 
     return rows / trials, edges / trials, local / trials
 
 
-def test_sampled_sizes_match_a_brute_force_sampler():
-    rng = np.random.default_rng(0)
-    n = 3000
+def _random_graph(seed: int, n: int = 3000):
+    """A configuration-model graph's neighbour lists, its degree distribution and the generator that drew it."""
+    rng = np.random.default_rng(seed)
     nbrs, _ = configuration_graph(n, rng)
-    deg = DegreeDistribution.from_degrees(np.array([len(x) for x in nbrs]))
+    return nbrs, DegreeDistribution.from_degrees(np.array([len(x) for x in nbrs])), rng
+
+
+def test_sampled_sizes_match_a_brute_force_sampler():
+    n = 3000
+    nbrs, deg, rng = _random_graph(0, n)
     for fanouts, batch in (((10, 5), 64), ((5, 5, 3), 32), ((-1, 4), 16)):
         rows, edges, _ = monte_carlo(nbrs, np.arange(n), batch, fanouts, 60, rng)
         model = sampled_sizes(deg, batch, fanouts)
@@ -154,10 +159,8 @@ def monte_carlo_round(nbrs, batch: int, batches: int, fanouts, trials: int, rng)
 
 
 def test_round_union_matches_a_brute_force_sampler():
-    rng = np.random.default_rng(3)
     n = 3000
-    nbrs, _ = configuration_graph(n, rng)
-    deg = DegreeDistribution.from_degrees(np.array([len(x) for x in nbrs]))
+    nbrs, deg, rng = _random_graph(3, n)
     for fanouts, batch, batches in (((10, 5), 48, 4), ((5, 3), 100, 6)):
         union, summed, edges = monte_carlo_round(nbrs, batch, batches, fanouts, 20, rng)
         model = sampled_sizes(deg, batch * batches, fanouts)
