@@ -94,6 +94,15 @@ def _inject(job: Job, rank: int, epoch: int) -> None:
     raise RuntimeError(f"injected fault on rank {rank} at epoch {epoch}")
 
 
+def _resume_collector() -> None:
+    """Collect once, freeze what set-up built (it leaves the cyclic collector's generations, so later passes do
+    not re-scan it) and turn the collector back on: :mod:`real.worker_entry` pauses it through the imports and
+    set-up (a no-op re-enable under torchrun)."""
+    gc.collect()
+    gc.freeze()
+    gc.enable()
+
+
 def run(job: Job, rank: int, world: int, host: str, port: int, out_path: str | None) -> list:
     """Run ``job`` as ``rank`` of ``world``; rank 0 writes the gathered result to ``out_path``; returns it (one
     entry per rank) on every rank."""
@@ -105,6 +114,7 @@ def run(job: Job, rank: int, world: int, host: str, port: int, out_path: str | N
         part = load_part(job.partition_dir, rank, manifest, verify=True)
         comm = Comm(rank, world)
         if job.kind == "verify":
+            _resume_collector()
             result = [_verify(_trainer(job, ShardedGraph.from_partition(part, comm, engine), part, model,
                                        replace(job.train, dtype=dtype)))
                       for model, engine, dtype in job.all_variants()]
@@ -112,9 +122,7 @@ def run(job: Job, rank: int, world: int, host: str, port: int, out_path: str | N
             graph = ShardedGraph.from_partition(part, comm, job.engine)
             trainer = _trainer(job, graph, part, job.model, job.train) if job.sampling is None else \
                 MiniBatchTrainer(graph, part, job.model, job.train, job.sampling, job.sampling.round_batches)
-            gc.collect()
-            gc.freeze()  # set-up's objects leave the collector's generations (it was paused since the imports:
-            gc.enable()  # real.worker_entry); epochs collect only what they create
+            _resume_collector()  # after the trainer: its objects are frozen too
             comm.barrier()
             baseline = memory.baseline_bytes()
             if job.memray_dir:

@@ -3,7 +3,7 @@
 The cyclic garbage collector is paused through the worker's imports and set-up: importing torch and building
 the graph create a few hundred thousand long-lived objects, and the collector's full passes over them cost each
 worker seconds of CPU before its first epoch (N workers on few cores pay it N times). :func:`real.worker.run`
-collects once, freezes what set-up built and turns the collector back on before the first epoch.
+collects once, freezes what set-up built and turns the collector back on before the work starts.
 """
 from __future__ import annotations
 
