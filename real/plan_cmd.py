@@ -20,13 +20,8 @@ from sarlab.partition import is_partition_dir, partition
 from simulator.cost_model import GIB, load_resources, resource_profile, resources_json, run_cost, value
 from simulator.model import ModelSpec, parse_model
 from simulator.provenance import profile_line, resolve_profile
-from simulator.sampling_model import (
-    DegreeDistribution,
-    SamplingSpec,
-    degrees_from_partition,
-    parse_fanouts,
-    train_nodes_per_part,
-)
+from simulator.sampled_sizes import DegreeDistribution, degrees_from_partition, train_nodes_per_part
+from simulator.sampling_model import SamplingSpec, parse_fanouts
 from simulator.strategies import STRATEGIES, predict
 from simulator.workload import load_manifest, resolve_workload
 

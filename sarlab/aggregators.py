@@ -26,9 +26,23 @@ REDUCES = ("sum", "mean", "max")
 
 
 @phases.tagged("graph_structure")
+def cached_transpose(shard: Shard, build: str) -> kernels.Transpose:
+    """The shard's CSC (per source row, the destinations it feeds), built once and cached on the shard; every
+    caller gets the cached one, whichever backend built it (the structure is the same).
+
+    Args:
+        shard: the shard.
+        build: ``cpp`` or ``torch``: the transpose kernel that builds it on first use.
+    """
+    transpose = shard.cache.get("csc")
+    if transpose is None:
+        transpose = shard.cache["csc"] = kernels.csr_transpose(shard.rowptr, shard.src, shard.num_src, build)
+    return transpose
+
+
 def shard_transpose(shard: Shard, backend: str | None) -> kernels.Transpose | None:
-    """The shard's CSC (per source row, the destinations it feeds) for the C++ backward kernels, built once
-    and cached on the shard; None when ``backend`` resolves to torch, whose kernels need none.
+    """The shard's cached CSC for the C++ backward kernels (:func:`cached_transpose`); None when ``backend``
+    resolves to torch, whose fused-path kernels need none.
 
     Args:
         shard: the shard.
@@ -36,10 +50,7 @@ def shard_transpose(shard: Shard, backend: str | None) -> kernels.Transpose | No
     """
     if kernels.backend(backend) != "cpp":
         return None
-    transpose = shard.cache.get("csc")
-    if transpose is None:
-        transpose = shard.cache["csc"] = kernels.csr_transpose(shard.rowptr, shard.src, shard.num_src, "cpp")
-    return transpose
+    return cached_transpose(shard, "cpp")
 
 
 def _flat(t: torch.Tensor) -> torch.Tensor:

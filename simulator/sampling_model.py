@@ -69,17 +69,13 @@ from simulator.sampled_sizes import (
     DegreeDistribution,
     SampledSizes,
     chain_of_part,
-    degrees_from_partition,
     sampled_sizes,
     train_nodes_per_part,
 )
 from simulator.workload import PartitionStats
 
-# the sizes live in simulator.sampled_sizes; these names stay importable from here
-__all__ = ["DegreeDistribution", "SampledSizes", "SamplerCosts", "SamplingEpoch", "SamplingSpec",
-           "degrees_from_partition", "exchange_seconds", "load_sampler_costs", "message_link", "parse_fanouts",
-           "round_batches_of", "round_messages", "sampled_sizes", "simulate_sampling_epoch", "step_ops",
-           "train_nodes_per_part"]
+__all__ = ["SamplerCosts", "SamplingEpoch", "SamplingSpec", "exchange_seconds", "load_sampler_costs", "message_link",
+           "parse_fanouts", "round_batches_of", "round_messages", "simulate_sampling_epoch", "step_ops"]
 
 #: where the shipped sampler costs live (:func:`load_sampler_costs`)
 SAMPLER_PROFILE = Path(__file__).parent / "profiles" / "sampler" / "epyc-2core.json"

@@ -7,8 +7,7 @@ from torch import nn
 import kernels
 from kernels import torch_backend
 
-from .. import phases
-from ..aggregators import shard_transpose
+from ..aggregators import cached_transpose, shard_transpose
 from ..shards import Shard
 
 
@@ -19,16 +18,6 @@ def _leaky(x: torch.Tensor, slope: float) -> torch.Tensor:
 # The unfused per-shard path (``sar`` without fused kernels) materialises per-edge tensors; it does so for at
 # most this many edges at a time, as SAR does for shards, so its transient memory does not grow with a shard.
 UNFUSED_CHUNK_EDGES = 1 << 15
-
-
-@phases.tagged("graph_structure")
-def _unfused_transpose(shard: Shard) -> kernels.Transpose:
-    """The shard's CSC for the unfused backward's source side, built once (in torch) and cached on the shard
-    under the key the fused kernels' ``shard_transpose`` uses (the same structure)."""
-    transpose = shard.cache.get("csc")
-    if transpose is None:
-        transpose = shard.cache["csc"] = kernels.csr_transpose(shard.rowptr, shard.src, shard.num_src, "torch")
-    return transpose
 
 
 class AttentionAggregation:
@@ -121,7 +110,7 @@ class AttentionAggregation:
             torch_backend.gat_backward_shard(
                 shard.rowptr, shard.src, s_dst, s_src, z_src, self.slope, m, l, grad_out, delta,
                 out=(g_dst[:, -self.heads:], grad_rows[:, hc:], grad_rows[:, :hc].view(-1, self.heads, self.channels)),
-                max_edges=UNFUSED_CHUNK_EDGES, row=shard.dst, transpose=_unfused_transpose(shard))
+                max_edges=UNFUSED_CHUNK_EDGES, row=shard.dst, transpose=cached_transpose(shard, "torch"))
             return grad_rows, g_dst, ()
         transpose = shard_transpose(shard, self.backend)
         s_dst, s_src, grad_out = (t.contiguous() for t in (s_dst, s_src, grad_out))
