@@ -185,16 +185,70 @@ def gradient_levels(plan: LayerPlan, n: int) -> dict[str, int]:
         pre = w + (w + plan.heads) + 2 * hc + dx
     return {"grad_tail": tail * b, "grad_post": n * post * b, "grad_agg": n * agg * b, "grad_pre": n * pre * b}
 
+
+def _unfused_chunk_bytes(plan: LayerPlan, edges: Number, rows: Number, chunks: Number, backward: bool) -> Number:
+    """Peak bytes of one chunk of the engine's streamed unfused GAT (``kernels/torch_backend.py``), ``E_c`` edges
+    over ``r`` rows (the chunks of a shard of ``E`` edges over ``R`` rows hold ``r = R E_c / E`` rows each).
+
+    Alive at every step: the int64 chunk-local rows of the edges (``8 E_c``). The steps that can peak:
+
+    * building the head-expanded CSR (``_HeadCsr``), beside the ``[E_c,H]`` pre-activations and weights
+      (``2 E_c H b``): ``place``, ``order``, the expanded columns and their gathered copy, four int64 ``[E_c H]``
+      tensors (``32 E_c H``), the row pointers and degrees (``16 r``); forward also its new max and rescaling
+      factors (``2 r H b``);
+    * the sparse product: the weights gathered into the expanded order (``E_c H b``) beside the pre-activations
+      and weights (backward also ``alpha lrelu'``, ``E_c H b`` more), the CSR's ``order`` (int64) and int32
+      columns (``12 E_c H``), and the ``[r,H,C+1]`` sums twice (torch's CSR product writes them into a buffer
+      and copies it out: ``2 r (HC + H) b``, measured with memray); forward also the max and factors;
+    * backward only: the per-row dot products of the sums, ``r (2HC + 3H) b`` beside the sums, the source side's
+      CSR (``12 E_c H``) and the pre-activations and weights.
+
+    A shard of several chunks keeps the previous chunk's sums until the loop reassigns them (``r (HC + H) b``
+    more; backward always: its source side starts with the destination side's last sums) and, on the backward's
+    source side, the previous chunk's CSR while the next one is built (``12 E_c H``).
+
+    .. math::
+        \\text{fwd} = 8E_c + p + \\max(E_cH(2b + 32) + 16r + 2rHb,\\; E_cH(3b + 12) + r(2HC + 4H)b)
+
+        \\text{bwd} = 8E_c + p + \\max(E_cH(2b + 32 + 12[k>1]) + 16r,\\; E_cH(4b + 12) + 2r(HC + H)b,\\;
+            E_cH(2b + 12) + r(2HC + 3H)b)
+
+    with ``k`` chunks and ``p = r (HC + H) b`` (forward: only when ``k > 1``).
+
+    Args:
+        plan: an unfused GAT layer; edges: ``E_c``; rows: ``r``; chunks: ``k``; backward: the backward's chunk
+            (else forward's).
+    """
+    b, hc, heads = plan.bytes_per_element, plan.heads * plan.channels, plan.heads
+    eh = edges * heads
+    several = np.asarray(chunks) > 1
+    previous = np.where(several, rows * (hc + heads) * b, 0.0)
+    if not backward:
+        build = eh * (2 * b + 32) + 16 * rows + 2 * rows * heads * b
+        product = eh * (3 * b + 12) + rows * (2 * hc + 4 * heads) * b
+        return INDEX_BYTES * edges + previous + np.maximum(build, product)
+    build = eh * (2 * b + 32 + np.where(several, 12, 0)) + 16 * rows
+    product = eh * (4 * b + 12) + 2 * rows * (hc + heads) * b
+    dots = eh * (2 * b + 12) + rows * (2 * hc + 3 * heads) * b
+    previous = rows * (hc + heads) * b  # the destination side's last sums live on into the source side
+    return INDEX_BYTES * edges + previous + np.maximum(build, np.maximum(product, dots))
+
+
+def _chunk_rows(edges: Number, rows: Number) -> Number:
+    """Rows of one chunk of a shard of ``edges`` edges over ``rows`` rows (:func:`simulator.ops.edge_chunks`)."""
+    return rows * edge_chunks(edges)[0] / np.maximum(edges, 1.0)
+
+
 def shard_transient_bytes(plan: LayerPlan, edges: Number, n: Number, num_src: Number) -> Number:
     """Temporaries of one shard's forward aggregation (freed when the shard is done).
 
     Sum and mean: none (the C++ shard SpMM adds into the state in place). Max: none (``kernels.csr_max_shard``
-    updates the running max and count in place, reading the rows through the shard's columns). GAT
-    through the kernels: the contiguous copies of the strided inputs (``z``, ``s_src`` of the ``num_src``
-    rows, ``s_dst``); unfused also, for one chunk of at most :data:`simulator.ops.UNFUSED_CHUNK_EDGES` edges at a time,
-    the per-edge logits, weights (``3 E H``), gathered rows and their product (``2 E H C``) and the int64
-    destination of every edge. GAT under autograd: ``2 E H`` (the gathered running max and the shifted
-    logits); what it keeps is :func:`shard_kept_bytes`.
+    updates the running max and count in place, reading the rows through the shard's columns). GAT fused: the
+    contiguous copies of the strided scores ``s_src``, ``s_dst`` (``(num_src + n) H``; the C++ kernel reads ``z``'s
+    rows in place). Unfused (``kernels/torch_backend.py``): the ``[z, 1]`` rows and the score copies
+    (``num_src (HC + 2H) + n H``) for the whole shard, and one chunk of at most
+    :data:`simulator.ops.UNFUSED_CHUNK_EDGES` edges at a time (:func:`_unfused_chunk_bytes`). GAT under autograd:
+    ``2 E H`` (the gathered running max and the shifted logits); what it keeps is :func:`shard_kept_bytes`.
     """
     b, w = plan.bytes_per_element, plan.agg_width_in
     if plan.kind == "rgcn":
@@ -203,26 +257,28 @@ def shard_transient_bytes(plan: LayerPlan, edges: Number, n: Number, num_src: Nu
         hc, heads = plan.heads * plan.channels, plan.heads
         if plan.autograd:
             return 2 * edges * heads * b + 0 * num_src
-        copies = (num_src * (hc + heads) + n * heads) * b
         if plan.fused:
-            return copies + 0 * edges
-        return copies + edge_chunks(edges)[0] * ((3 * heads + 2 * hc) * b + 8)
+            return (num_src + n) * heads * b + 0 * edges
+        shard = (num_src * (hc + 2 * heads) + n * heads) * b
+        chunk, chunks = edge_chunks(edges)
+        return shard + _unfused_chunk_bytes(plan, chunk, _chunk_rows(edges, n), chunks, backward=False)
     # sum, mean and max: the kernels write into the state in place
     return 0 * n * w * b + 0 * edges
+
 
 def shard_bwd_transient_bytes(plan: LayerPlan, edges: Number, n: Number, num_src: Number) -> Number:
     """Temporaries of one shard's backward beyond its row gradient (``num_src x w``, which the schedule books as
     the send buffer of a remote shard and :class:`simulator.pricing.EpochPricing` as the local shard's).
 
     Sum and mean: none (``A_q^T g`` is the fresh output of the C++ SpMM). Max: none
-    (``kernels.csr_max_backward`` writes only its output, reading the cached CSC). GAT through the kernels:
-    the contiguous input copies and the kernel's outputs
-    (``2 num_src (HC + H)`` and ``2 n H``), the VJP's zeroed destination gradient ``n (HC + 2H)`` and
-    ``delta`` (``n H``). Unfused (the torch kernels, chunked) the kernel's outputs are the accumulators every
-    chunk adds into (``g_z``, ``g_s_src``, ``g_s_dst``), and beside them either one chunk's edge tensors, while
-    the chunks run (the recomputed logits and weights ``5 E H``, the gathered output gradients, source rows and
-    their product ``3 E H C``, the int64 edge destinations), or, at the end, the row gradient ``torch.cat``
-    makes of them (``num_src (HC + H)``), whichever is larger.
+    (``kernels.csr_max_backward`` writes only its output, reading the cached CSC). GAT, either form: the VJP's
+    zeroed destination gradient ``n (HC + 2H)``, ``delta`` (``n H``) and the copies of the strided scores
+    (``(num_src + n) H``). Fused, besides: the C++ kernel's outputs ``g_z``, ``g_s_src``, ``g_s_dst``
+    (``num_src (HC + H) + n H``, reading ``z`` in place), alive when ``torch.cat`` makes the row gradient of them.
+    Unfused (``kernels/torch_backend.py``), besides: the ``[z, 1]`` and ``[g, delta]`` rows
+    (``num_src (HC + H) + n (HC + H)``; the chunks add into the row and destination gradients in place) and one
+    chunk of at most :data:`simulator.ops.UNFUSED_CHUNK_EDGES` edges (:func:`_unfused_chunk_bytes`, its rows
+    those of the larger side: destination rows, then source rows over the transpose).
     GAT under autograd: beyond the kept graph, which autograd releases node by node, the gradients of
     the per-edge tensors (``2 E H C + 4 E H`` net of what is released, measured with memray) and of
     the running state (``2 n H C``).
@@ -235,11 +291,14 @@ def shard_bwd_transient_bytes(plan: LayerPlan, edges: Number, n: Number, num_src
     hc, heads = plan.heads * plan.channels, plan.heads
     if plan.autograd:
         return edges * (2 * hc + 4 * heads) * b + 2 * n * hc * b + 0 * num_src
-    kernel = (2 * num_src * (hc + heads) + n * (hc + 5 * heads)) * b
+    vjp = n * (hc + 2 * heads) + n * heads + (num_src + n) * heads
     if plan.fused:
-        return kernel + 0 * edges
-    chunk = edge_chunks(edges)[0] * ((5 * heads + 3 * hc) * b + 8)
-    return kernel + np.maximum(chunk, num_src * (hc + heads) * b)
+        return (vjp + num_src * (hc + heads) + n * heads) * b + 0 * edges
+    rows = _chunk_rows(edges, np.maximum(n, num_src))
+    shard = (vjp + (num_src + n) * (hc + heads)) * b
+    chunk, chunks = edge_chunks(edges)
+    return shard + _unfused_chunk_bytes(plan, chunk, rows, chunks, backward=True)
+
 
 def shard_kept_bytes(plan: LayerPlan, edges: Number, n: Number) -> Number:
     """What autograd keeps for one shard until backward (:attr:`LayerPlan.keeps_edge_tensors`), as memray shows

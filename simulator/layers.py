@@ -26,7 +26,7 @@ import numpy as np
 
 from simulator import rgcn_layer
 from simulator.model import ModelSpec
-from simulator.ops import ACTIVE_ROW_FAMILIES, FP64, ZERO_FILL_PASSES, Number, Op, active_rows, edge_chunks
+from simulator.ops import ACTIVE_ROW_FAMILIES, FP64, ZERO_FILL_PASSES, Number, Op, active_rows
 from simulator.workload import RelationStats
 
 
@@ -159,20 +159,20 @@ class LayerPlan:
 
     def shard_fwd(self, edges: Number, n: Number, num_src: Number) -> list[Op]:
         """Aggregation of one shard of ``edges`` in-edges from ``num_src`` source rows into the running
-        state of ``n`` rows. GAT through the kernels also copies its strided source inputs (``z``,
-        ``s_src``) into contiguous ones on every kernel call: once per shard fused, once per chunk unfused.
+        state of ``n`` rows.
+
+        GAT: one op of its family and nothing else. :mod:`simulator.gatbench` times the engine's whole
+        ``AttentionAggregation.accumulate`` per shard, so the family's rate already holds what runs around the
+        kernel: the contiguous copies of ``s_dst`` and ``s_src`` (``kernels/gat.py`` ``gat_forward_shard``), the
+        unfused form's ``[z, 1]`` rows and copies (``kernels/torch_backend.py`` ``gat_forward_shard``) and its
+        per-chunk work.
         """
         if self.kind == "rgcn":
             return rgcn_layer.shard_fwd(self.relation_split(edges, n, num_src), *self.rgcn_args())
         b = self.bytes_per_element
         gathered = num_src * self.agg_width_in * b
         rows = active_rows(edges, n) if self.family in ACTIVE_ROW_FAMILIES else n
-        ops = [Op(self.family, edges * self.agg_width_in, rows=rows * self.agg_width, gather_bytes=gathered)]
-        if self.kind == "gat" and not self.autograd:
-            calls = 1.0 if self.fused else edge_chunks(edges)[1]
-            copied = calls * num_src * (self.agg_width + self.heads) + n * self.heads
-            ops.append(Op("elementwise", 2.0 * copied * b))
-        return ops
+        return [Op(self.family, edges * self.agg_width_in, rows=rows * self.agg_width, gather_bytes=gathered)]
 
     def agg_init(self, n: Number) -> list[Op]:
         """The running state of a linear aggregation (``torch.zeros``, n x w), which the shards are then
@@ -192,8 +192,8 @@ class LayerPlan:
         b, w = self.bytes_per_element, self.agg_width
         if self.kind == "rgcn":  # the state is the output
             return []
-        if self.kind == "gat":
-            return [Op("elementwise", 3.0 * n * w * b, calls=2)]
+        if self.kind == "gat":  # acc / where(l > 0, l, 1); under autograd gatbench's timed forward runs it
+            return [] if self.autograd else [Op("elementwise", 3.0 * n * w * b, calls=2)]
         if self.case == 2:
             return [Op("elementwise", 4.0 * n * w * b, calls=2)]
         if self.kind == "sage":  # mean
@@ -274,15 +274,23 @@ class LayerPlan:
         return [Op("elementwise", 1.0 * n * self.out_dim * b, backward=True)]
 
     def agg_bwd_setup(self, n: Number) -> list[Op]:
-        """Start of the aggregation backward: zeroed source gradient, mean scaling, GAT's ``delta``."""
+        """Start of the ring modes' aggregation backward (``SequentialAggregate.backward``): zeroed source gradient,
+        mean scaling; GAT also zero-fills the destination-input gradient ``n x (w + H)`` (``grad_dst``).
+
+        GAT's ``delta = sum_c g * out`` is computed in every ``shard_vjp`` call, which :mod:`simulator.gatbench`
+        times, so it is in the family's backward rate. GAT under autograd (``sa``) runs one ``autograd.grad`` over
+        the kept graph instead, which allocates its gradients itself (also timed by gatbench): nothing here.
+        """
         b, w = self.bytes_per_element, self.width
         if self.kind == "rgcn":  # the zero-filled source gradient the local shard adds into
             return [Op("elementwise", ZERO_FILL_PASSES * n * w * b)]
+        if self.kind == "gat" and self.autograd:
+            return []
         ops = [Op("elementwise", 1.0 * n * w * b)]
         if self.kind == "sage" and self.case == 1:
             ops.append(Op("elementwise", 2.0 * n * w * b))
         if self.kind == "gat":
-            ops.append(Op("elementwise", 3.0 * n * self.agg_width * b))
+            ops.append(Op("elementwise", ZERO_FILL_PASSES * n * (w + self.heads) * b))
         return ops
 
     def shard_bwd(self, edges: Number, n: Number, num_src: Number, in_place: bool = False) -> list[Op]:
@@ -293,6 +301,9 @@ class LayerPlan:
         ``num_src x w`` result otherwise (a send buffer, or oneshot's gradient of its extended rows).
         A VJP that rematerializes (SAGE max/pool's regathered messages, the GAT kernels' recomputed
         attention) does so inside the backward op the calibration times, so its backward ratio covers it.
+        GAT: :mod:`simulator.gatbench` times the whole ``AttentionAggregation.shard_vjp``, so the family's backward
+        holds its zeroed gradients, ``delta``, the input copies, the unfused chunks' adds and the fused form's
+        ``torch.cat``: one op.
         """
         if self.kind == "rgcn":
             return rgcn_layer.shard_bwd(self.relation_split(edges, n, num_src), *self.rgcn_args())
@@ -303,12 +314,7 @@ class LayerPlan:
             rows = active_rows(edges, num_src) * self.width
             return [Op("spmm", edges * self.width, rows=rows, backward=True, gather_bytes=gathered, fresh=fresh)]
         fwd = self.shard_fwd(edges, n, num_src)[:1]
-        ops = [replace(o, backward=True, rows=o.rows + num_src * self.width) for o in fwd]
-        if self.kind == "gat" and not self.autograd:  # input copies; unfused adds each chunk's gradients in
-            b, w = self.bytes_per_element, self.agg_width + self.heads
-            adds = 0.0 if self.fused else 3.0 * edge_chunks(edges)[1] * num_src * w
-            ops.append(Op("elementwise", (2.0 * (num_src * w + n * self.heads) + adds) * b))
-        return ops
+        return [replace(o, backward=True, rows=o.rows + num_src * self.width) for o in fwd]
 
     def pre_bwd(self, n: Number) -> list[Op]:
         """Backward of ``pre``: weight gradient, and the input gradient when needed."""

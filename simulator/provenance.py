@@ -5,15 +5,18 @@ Profiles are inputs: the calibrated ones that ship with the simulator live in ``
 figures in :mod:`simulator.profile`, and a machine's own calibration where ``sarlab calibrate`` writes it
 by default (:data:`LOCAL_PROFILE`). A calibrated profile names the CPU it was measured on
 (``meta["machine"]``, :func:`sarlab.machine.cpu_model`); :func:`machine_warnings` says when that is not this
-machine, :func:`plausibility_warnings` when the profile's thread efficiencies are implausible for its cores.
+machine, :func:`plausibility_warnings` when the profile's thread efficiencies are implausible for its cores or
+its compute scale lies outside the plausible range.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from sarlab.machine import cpu_model, usable_cores
-from simulator.plausibility import implausible_thread_effs
+from simulator.plausibility import implausible_compute_scale, implausible_thread_effs
 from simulator.profile import PRESETS, Profile, load_profile
 
 #: calibrated profiles shipped with the simulator, by name (the file's stem)
@@ -75,8 +78,17 @@ def machine_warnings(profile: Profile, cpu: str | None = None, cores: int | None
 
 
 def plausibility_warnings(profile: Profile) -> list[str]:
-    """The op families whose thread efficiencies in ``profile`` are implausible for the cores they were
-    measured on (:func:`simulator.plausibility.implausible_thread_effs`), one line each."""
+    """Why ``profile``'s calibration is implausible, one line each: op families whose thread efficiencies are
+    implausible for the cores they were measured on (:func:`simulator.plausibility.implausible_thread_effs`),
+    and a compute scale outside :data:`simulator.plausibility.COMPUTE_SCALE_RANGE`
+    (:func:`simulator.plausibility.implausible_compute_scale`): ``compute_scale`` itself or any point of its
+    ``compute_scale_curve``, so that a shipped or older profile is flagged by ``sarlab simulate`` too, not only by
+    the ``sarlab calibrate`` that made it."""
     measured = profile.meta.get("threads_measured") or [profile.cores_per_host]
-    return [f"implausible calibration, {line}: predictions for multi-thread workers are off"
-            for line in implausible_thread_effs(profile.ops, int(measured[-1]))]  # fmt: skip
+    lines = [f"implausible calibration, {line}: predictions for multi-thread workers are off"
+             for line in implausible_thread_effs(profile.ops, int(measured[-1]))]  # fmt: skip
+    scales = [profile.compute_scale] + [float(value) for _, value in profile.compute_scale_curve]
+    worst = max(scales, key=lambda value: abs(np.log(max(value, 1e-300))))
+    lines += [f"implausible calibration, {line}; every compute cost is multiplied by it"
+              for line in implausible_compute_scale(worst)]  # fmt: skip
+    return lines

@@ -20,8 +20,9 @@ The result (JSON, ``--out``) has per pattern the median pass time over repeats a
 at the link's payload bandwidth (``--bandwidth-Bps``, else the ``--link-in`` profile's ``bandwidth_bidir_Bps``, else
 ``0.95 R / 8``) with every link busy all the time, ``rounds x bytes / B``; and ``shared_efficiency``
 (:func:`fit_shared_efficiency`, :mod:`simulator.sharing`). With ``--link-in A.json --out B.json`` it writes the
-link profile ``A`` with ``shared_efficiency`` and the probe (``sharing``) added, which the simulator reads
-(:func:`simulator.sharing.with_sharing`). A calibration of the link, not of any engine run; it needs root and a
+link profile ``A`` with ``shared_efficiency`` and the probe (``sharing``) added; the simulator reads the field from
+that file itself (:func:`simulator.linkprofile.read_link_profile` makes the link a
+:class:`simulator.sharing.SharedLink`). A calibration of the link, not of any engine run; it needs root and a
 quiet machine (the 2026-11-24 numbers were taken under a 1-min load of 5-16 from other work).
 """
 

@@ -455,8 +455,9 @@ def test_cache_model_by_hand_and_its_fit():
 
 def test_unfused_gat_sar_chunks_bound_the_per_edge_memory():
     """The engine streams unfused GAT shards in chunks of UNFUSED_CHUNK_EDGES edges: beyond one chunk a
-    shard's per-edge temporaries stop growing, so sar's peak does too; sa keeps the autograd graph of every
-    edge, so its peak grows with the edges."""
+    shard's per-edge temporaries stop growing (a chunk then holds fewer destination rows as the degree rises,
+    so sar's peak may even fall a little); sa keeps the autograd graph of every edge, so its peak grows with
+    the edges."""
     def peak(local_edges, mode):
         st = PartitionStats(
             graph="two",
@@ -473,7 +474,7 @@ def test_unfused_gat_sar_chunks_bound_the_per_edge_memory():
         return simulate_epoch(st, spec, RunSpec(mode=mode), hand_profile()).peak_above_baseline_bytes.max()
 
     big, bigger = 2 * UNFUSED_CHUNK_EDGES, 4 * UNFUSED_CHUNK_EDGES
-    assert peak(bigger, "sar") == pytest.approx(peak(big, "sar"))
+    assert peak(bigger, "sar") <= peak(big, "sar")
     assert peak(UNFUSED_CHUNK_EDGES // 4, "sar") < peak(big, "sar")
     assert peak(bigger, "sa") > peak(big, "sa") + (bigger - big) * 2 * 4  # at least 2 floats per edge kept
 
