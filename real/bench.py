@@ -18,13 +18,14 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from sarlab.config import EngineConfig
+from sarlab.config import MODES, EngineConfig
 from sarlab.graphs import load_graph
 from sarlab.machine import cpu_model, today, usable_cores
 from sarlab.nn.model import ModelConfig
 from sarlab.partition import is_partition_dir, partition
 from sarlab.records import summarize
 from sarlab.train import TrainConfig
+from sarlab.validate_data import InputError
 from simulator import probe
 
 from .figures import md_table, plot_engine_bench
@@ -44,7 +45,9 @@ class EngineBenchConfig:
         nodes, degree, features, classes: the synthetic graph (seed 0).
         hidden, layers, heads, batchnorm: the model; ``models`` a tuple of ``gcn``, ``sage``, ``sage-max``, ``gat``.
         workers: worker counts N; ``epochs`` per configuration (epoch 0 is warm-up in the summaries).
-        modes: ``sar``, ``sa``, ``oneshot``; for GAT also ``sar+fused`` (the others run GAT unfused).
+        modes: ``sar``, ``sa``, ``oneshot``, each also as ``MODE+fused`` (:func:`parse_mode`): GAT with the fused
+            attention kernels (``oneshot+fused``: vanilla with fused kernels, the DGL-like baseline); plain modes
+            run GAT unfused; other models skip the ``+fused`` entries.
         prefetch: ring rounds fetched ahead (a tuple runs each; ``prefetch`` then keys the summaries);
             ``timeout_s``: bound on any wait of a worker.
         net: the network the workers talk over, ``loopback`` or ``veth:rate=R[,hosts=H]`` (see
@@ -87,24 +90,41 @@ QUICK = EngineBenchConfig(nodes=4000, degree=10, features=16, classes=4, hidden=
                           epochs=2)
 SIZE_FIELDS = ("nodes", "degree", "features", "classes", "hidden", "layers", "epochs")
 VARYING_KEYS = ("prefetch", "net")  # summary keys only where a set of records holds several values
+#: (numerator, denominator) modes of the ratio table, where a run has both
+RATIO_PAIRS = (("oneshot", "sar"), ("sa", "sar"), ("oneshot", "sar+fused"), ("oneshot+fused", "sar+fused"),
+               ("oneshot", "oneshot+fused"))
+
+
+def parse_mode(spec: str) -> tuple[str, bool]:
+    """``(engine mode, fused)`` of a mode spec: ``sar``, ``sa``, ``oneshot``, or one of them with ``+fused`` (GAT's
+    fused attention kernels; the plain spec runs GAT unfused).
+
+    Args:
+        spec: the mode as ``--modes`` lists it and the records' ``mode`` column keeps it.
+    """
+    mode, plus, variant = spec.strip().partition("+")
+    if mode not in MODES or (plus and variant != "fused"):
+        raise InputError(f"bench mode {spec!r}: write one of {', '.join(MODES)}, optionally with +fused "
+                         "(GAT's fused kernels), e.g. oneshot+fused")
+    return mode, bool(plus)
 
 
 def ratios(summary: pd.DataFrame) -> pd.DataFrame:
-    """Side-by-side ratios per (model, workers[, prefetch, net]): memory of oneshot and sa over sar (and oneshot
-    over sar+fused), and the inverse ratios of epoch time."""
+    """Side-by-side ratios per (model, workers[, prefetch, net]): memory of each :data:`RATIO_PAIRS` numerator over
+    its denominator (oneshot and sa over sar, oneshot and oneshot+fused over sar+fused, oneshot over
+    oneshot+fused), and the inverse ratios of epoch time; pairs a run lacks are left out."""
     rows = []
     keys = ["label", "model", "workers"] + [k for k in VARYING_KEYS if k in summary.columns]
     for values, d in summary.groupby(keys):
         by = d.set_index("mode")
-        if "sar" not in by.index:
-            continue
         row = dict(zip(keys, values))
-        for other, base in [("oneshot", "sar"), ("sa", "sar"), ("oneshot", "sar+fused")]:
+        for other, base in RATIO_PAIRS:
             if other in by.index and base in by.index:
                 row[f"{other}_over_{base}_mem"] = (by.loc[other, "peak_mem_above_baseline_bytes"]
                                                    / by.loc[base, "peak_mem_above_baseline_bytes"])
                 row[f"{base}_over_{other}_time"] = by.loc[base, "epoch_time_s"] / by.loc[other, "epoch_time_s"]
-        rows.append(row)
+        if len(row) > len(keys):
+            rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -207,7 +227,7 @@ def run_engine_bench(cfg: EngineBenchConfig, log: Callable[[str], None] = print,
         for model_spec in cfg.models:
             modes = cfg.modes[:1] if n == 1 else cfg.modes  # one worker: every mode is the same single-shard path
             for mode_spec in modes:
-                if mode_spec.partition("+")[2] and model_spec.partition("-")[0] != "gat":
+                if parse_mode(mode_spec)[1] and model_spec.partition("-")[0] != "gat":
                     continue
                 for prefetch in cfg.prefetches if n > 1 else cfg.prefetches[:1]:  # one worker fetches nothing
                     records += _run_one(cfg, pdir, n, model_spec, mode_spec, prefetch, machine, prober, t_start, log)
@@ -220,10 +240,10 @@ def _run_one(cfg: EngineBenchConfig, pdir: str, n: int, model_spec: str, mode_sp
              machine: str, prober: _Prober | None, t_start: float, log: Callable[[str], None]) -> list[dict]:
     """One configuration: launch it and return its records (mode spelled as asked, machine, probes)."""
     model, _, aggr = model_spec.partition("-")
-    mode, _, variant = mode_spec.partition("+")
+    mode, fused = parse_mode(mode_spec)
     mcfg = ModelConfig(model=model, layers=cfg.layers, hidden=cfg.hidden, aggr=aggr or "mean",
                        heads=cfg.heads, batchnorm=cfg.batchnorm)
-    ecfg = EngineConfig(mode=mode, prefetch=prefetch, fused=variant == "fused" if model == "gat" else True)
+    ecfg = EngineConfig(mode=mode, prefetch=prefetch, fused=fused if model == "gat" else True)
     job = Job("train", pdir, mcfg, TrainConfig(epochs=cfg.epochs, eval_every=0), ecfg,
               timeout_s=cfg.timeout_s, quiet=True, label=model_spec, memory=cfg.memory)
     t0 = time.perf_counter()
@@ -273,7 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"default {value} (quick: {getattr(QUICK, key)})")
     p.add_argument("--workers", default=None, help="comma list of N (default 1,2,4,8; quick: 1,2)")
     p.add_argument("--models", default="gcn,sage", help="comma list; gat, sage-max also accepted")
-    p.add_argument("--modes", default="sar,sa,oneshot", help="comma list; for gat also sar+fused")
+    p.add_argument("--modes", default="sar,sa,oneshot", help="comma list of sar, sa, oneshot; each also as MODE+fused "
+                   "(GAT with the fused kernels: sar+fused = SAR+FAK, oneshot+fused = the DGL-like vanilla)")
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--batchnorm", action="store_true")
     p.add_argument("--prefetch", default="1", help="ring rounds fetched ahead; a comma list runs each (default 1)")
@@ -299,9 +320,12 @@ def config_from_args(a: argparse.Namespace) -> EngineBenchConfig:
     workers = tuple(int(w) for w in a.workers.split(",")) if a.workers else base.workers
     prefetches = tuple(int(k) for k in a.prefetch.split(","))
     prefetch = prefetches if len(prefetches) > 1 else prefetches[0]
+    modes = tuple(m.strip() for m in a.modes.split(",") if m.strip())
+    for mode in modes:
+        parse_mode(mode)  # every mode is known before the first configuration runs
     for n in workers:
         a.net.hosts_for(n)  # every N fits the network spec, before the first configuration runs
-    cfg = replace(base, **sizes, workers=workers, models=tuple(a.models.split(",")), modes=tuple(a.modes.split(",")),
+    cfg = replace(base, **sizes, workers=workers, models=tuple(a.models.split(",")), modes=modes,
                   heads=a.heads, batchnorm=a.batchnorm, prefetch=prefetch, timeout_s=a.timeout, cache=a.cache,
                   probe=a.probe, net=str(a.net), memory=a.memory)
     return cfg
