@@ -24,8 +24,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from dataclasses import asdict
 
@@ -36,7 +34,7 @@ import kernels
 from sarlab.machine import cpu_model, load_1min, today
 
 from .figures import md_table
-from .kernel_speed import SpeedConfig, make_graph
+from .kernel_speed import TREE_ROOT, SpeedConfig, make_graph, run_json_child
 
 GEMM_N = 2048
 _CHILD = "import sys; from real.kernel_roofline import child_main; child_main(sys.argv[1:])"
@@ -79,24 +77,18 @@ def child_main(argv: list[str]) -> None:
 
 
 def run_child(cfg: SpeedConfig, heads: int) -> dict:
-    """:func:`measure_roofs` in a fresh process of this tree with ``threads`` OpenMP/torch threads."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(cfg.threads), "SARLAB_KERNELS": "cpp"}
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    done = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(asdict(cfg)), str(heads)], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=cfg.timeout_s)
-    if done.returncode != 0:
-        raise RuntimeError(f"roofline child failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """:func:`measure_roofs` in a fresh process of this tree (:func:`real.kernel_speed.run_json_child`)."""
+    return run_json_child(["-c", _CHILD, json.dumps(asdict(cfg)), str(heads)], TREE_ROOT, cfg)
 
 
 def against_roofs(speed: pd.DataFrame, roofs: pd.DataFrame, cfg: SpeedConfig) -> pd.DataFrame:
     """Per head count: this tree's kernel CPU ms (median over processes) against the measured roofs."""
     new = speed[speed.engine == "new"].groupby("heads")[["fwd_cpu_s", "bwd_cpu_s"]].median()
+    size = torch.empty((), dtype=getattr(torch, cfg.dtype)).element_size()
     rows = []
     for r in roofs.itertuples():
         fwd_s, bwd_s = float(new.loc[r.heads, "fwd_cpu_s"]), float(new.loc[r.heads, "bwd_cpu_s"])
         ehc = cfg.edges * r.heads * cfg.channels
-        size = torch.empty((), dtype=getattr(torch, cfg.dtype)).element_size()
         rows.append({
             "heads": r.heads, "new_fwd_ms": round(fwd_s * 1e3, 1), "new_bwd_ms": round(bwd_s * 1e3, 1),
             "spmm_ms": round(r.spmm_ms, 1), "fwd_over_spmm": round(fwd_s * 1e3 / r.spmm_ms, 2),

@@ -171,15 +171,22 @@ def child_main(argv: list[str]) -> None:
     print(json.dumps(measure_kernels(load_kernels(root), cfg, int(heads))), flush=True)
 
 
-def run_child(cfg: SpeedConfig, root: str, heads: int) -> dict:
-    """One measurement in a fresh process, ``cwd`` at ``root``, ``threads`` OpenMP/torch threads."""
+def run_json_child(args: list[str], root: str, cfg: SpeedConfig) -> dict:
+    """``python args...`` in a fresh process, ``cwd`` at ``root``, ``cfg.threads`` OpenMP/torch threads, the C++
+    kernels, bounded by ``cfg.timeout_s``; returns the JSON object of its last stdout line."""
     env = {**os.environ, "OMP_NUM_THREADS": str(cfg.threads), "SARLAB_KERNELS": "cpp"}
     env.pop("PYTHONPATH", None)
-    cmd = [sys.executable, "-c", _CHILD, os.path.abspath(root), TREE_ROOT, json.dumps(asdict(cfg)), str(heads)]
-    done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=cfg.timeout_s)
+    done = subprocess.run([sys.executable, *args], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=cfg.timeout_s)
     if done.returncode != 0:
         raise RuntimeError(f"measurement in {root} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_child(cfg: SpeedConfig, root: str, heads: int) -> dict:
+    """One measurement of ``root``'s kernels in a fresh process (:func:`run_json_child`)."""
+    return run_json_child(["-c", _CHILD, os.path.abspath(root), TREE_ROOT, json.dumps(asdict(cfg)), str(heads)],
+                          root, cfg)
 
 
 def measure(cfg: SpeedConfig, log=print) -> pd.DataFrame:

@@ -267,16 +267,16 @@ def measure(net: str, world: int, patterns: list[str], nbytes: int, repeats: int
                    "--samples", out]
             procs.append(subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=logs[rank]))
         deadline = time.monotonic() + timeout_s
-        while any(proc.poll() is None for proc in procs):  # the first rank to fail ends the run (the others hang)
+        while True:  # the first rank to fail ends the run (the others would hang)
+            running = [proc.poll() is None for proc in procs]
             failed = [(rank, proc.returncode) for rank, proc in enumerate(procs) if proc.returncode]
             if failed:
                 raise failure(f"roundbench rank {failed[0][0]} exited with {failed[0][1]}")
+            if not any(running):
+                break
             if time.monotonic() > deadline:
                 raise failure(f"roundbench ranks still running after {timeout_s:g} s")
             time.sleep(0.05)
-        failed = [(rank, proc.returncode) for rank, proc in enumerate(procs) if proc.returncode]
-        if failed:
-            raise failure(f"roundbench rank {failed[0][0]} exited with {failed[0][1]}")
         drops = qdisc_drops(network) if network is not None else {}
         return {"samples": json.loads(Path(out).read_text()), "qdisc_drops": drops}
     finally:

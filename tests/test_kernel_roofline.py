@@ -2,7 +2,7 @@
 import pandas as pd
 import pytest
 
-from real.kernel_roofline import against_roofs
+from real.kernel_roofline import against_roofs, run_child
 from real.kernel_speed import SpeedConfig
 
 
@@ -24,3 +24,10 @@ def test_against_roofs_by_hand():
     assert row.fwd_of_sgemm == pytest.approx(0.2)
     assert row.fwd_gather_GBps == pytest.approx(0.02)  # 10_000 * 4 B / 2 ms
     assert row.bwd_gather_GBps == pytest.approx(0.02)  # 2 * 10_000 * 4 B / 4 ms
+
+
+def test_roof_child_runs_in_a_fresh_process():
+    """The roof measurements run in a child of this tree (real.kernel_speed.run_json_child) and come back whole."""
+    roofs = run_child(SpeedConfig(nodes=200, edges=2000, channels=4, heads=(2,), timeout_s=300), 2)
+    assert roofs["heads"] == 2
+    assert roofs["sgemm_gflops"] > 0 and roofs["gather_GBps"] > 0 and roofs["spmm_ms"] > 0
