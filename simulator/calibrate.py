@@ -8,7 +8,9 @@ The steps, in order (each a :func:`simulator.harness.quiet_step`):
 3. the allocator and the memory an op family adds on first use (:mod:`simulator.hostbench`);
 4. gloo point-to-point between two local processes (:func:`simulator.hostbench.bench_network`), then the
    software cost of posting and waiting for messages on 2, 4 and 8 local ranks
-   (:func:`simulator.hostbench.bench_messages`; not a quiet step: it alternates world sizes instead);
+   (:func:`simulator.hostbench.bench_messages`; not a quiet step: it alternates world sizes instead), and how
+   unevenly ``C``, ``2C`` and ``4C`` time-shared ranks progress between barriers (:mod:`simulator.progressbench`,
+   fitted by :func:`simulator.spread.fit_sigma`);
 5. real single-worker engine epochs for the compute scale (:func:`simulator.engine_runs.bench_engine`).
 
 A calibration whose thread efficiencies are implausible for the core count
@@ -37,9 +39,13 @@ from simulator.hostbench import bench_allocator, bench_first_use, bench_messages
 from simulator.opbench import bench_elementwise, bench_gemm, bench_max, bench_spmm
 from simulator.plausibility import implausible_compute_scale, implausible_thread_effs
 from simulator.profile import Link, OpCost, Profile
+from simulator.progressbench import ROWS, spread_table
+from simulator.spread import fit_sigma
 
 __all__ = ["Calibration", "calibrate"]
 
+#: engine SpMM calls per progressbench round (~30 ms of one rank's work on the 2-core EPYC VM)
+SPREAD_CALLS = 3
 #: the link assumed when the gloo benchmark does not run
 ASSUMED_LINK = Link(latency_s=50e-6, bandwidth_Bps=1e9)
 
@@ -149,6 +155,28 @@ def _measure_messages(cal: Calibration, found: Findings) -> dict[str, float]:
     return {k: v for k, v in fit.items() if k.startswith("p2p_")}
 
 
+def _measure_spread(cal: Calibration, found: Findings, cores: int) -> dict[int, float]:
+    """Step 4c: how unevenly ``P = C, 2C, 4C`` time-shared single-thread ranks progress between barriers
+    (:mod:`simulator.progressbench`), as the ``sigma_P`` of :mod:`simulator.spread`. Empty when gloo fails or is
+    disabled."""
+    if not cal.network:
+        return {}
+    counts = sorted({max(2, cores), 2 * cores, 4 * cores})
+    rounds = 10 if cal.quick else 40
+    try:
+        table = spread_table(counts, SPREAD_CALLS, rounds, log=cal.log, rows=ROWS // 8 if cal.quick else ROWS)
+    except Exception as err:  # noqa: BLE001 - keep the rest of the calibration if gloo fails
+        found.notes.append(f"progress spread not measured ({type(err).__name__}: {err}): even progress")
+        return {}
+    found.raw["progress_spread"] = {str(p): row for p, row in table.items()}
+    fitted = {p: fit_sigma(row["loss"], p, cores) for p, row in table.items()}
+    cal.log("    progress spread sigma_P (fitted to the slowest / mean loss): "
+            + ", ".join(f"P={p}: {v:.3f}" for p, v in fitted.items()))
+    found.notes.append(f"progress_spread: P = {counts} single-thread ranks, {SPREAD_CALLS} engine SpMM calls per "
+                       f"round ({rounds} rounds) then a barrier (progressbench); sigma fitted by spread.fit_sigma")
+    return fitted
+
+
 def _fit_engine(cal: Calibration, found: Findings, profile: Profile) -> Profile:
     """Step 5: the compute scale curve from real engine epochs (or the profile as it is when that fails)."""
     if not cal.engine:
@@ -198,6 +226,7 @@ def calibrate(cal: Calibration | None = None, name: str = "local") -> Profile:
     log(f"[calibrate {steps_total}/{steps_total}] gloo point-to-point (2 local processes) ...")
     link, call_s, cpu_per_byte = _measure_network(cal, found)
     messages = _measure_messages(cal, found)
+    spread = _measure_spread(cal, found, cores)
     profile = Profile(
         name=name,
         ops=ops,
@@ -210,6 +239,7 @@ def calibrate(cal: Calibration | None = None, name: str = "local") -> Profile:
         p2p_wait_s=messages.get("p2p_wait_s", 0.0),
         p2p_msg_cpu_s=messages.get("p2p_msg_cpu_s", 0.0),
         p2p_cpu_s_per_byte=cpu_per_byte,
+        progress_spread=spread,
         mem_overhead_factor=factor,
         first_use_bytes=first_use,
         transient_bytes=transients,

@@ -12,6 +12,8 @@ The rule. Every worker ``w`` has a clock ``t_w`` and the simulation has ``now``,
   the NIC channels serve messages in the order they are posted (:mod:`simulator.network`); an exchange
   call may then be delayed by its per-round jitter (:mod:`simulator.jitter`), booked as compute, and its
   messages post at the delayed ``t_w``;
+* with a progress spread (:mod:`simulator.spread`) the compute between a worker's ``k``-th and ``k+1``-th
+  exchange call is multiplied by its draw ``f_{wk}`` (the same draws in both executors);
 * an all-reduce is joined at ``t_w`` and ends for every worker an all-reduce time
   (:func:`simulator.costs.allreduce_seconds`) after the last one joined; from ``t_w`` to the end is booked
   as wait, as the engine books it.
@@ -32,6 +34,7 @@ from simulator.jitter import jitter_delays
 from simulator.memory import MemoryTracker
 from simulator.network import Message, SharedCores
 from simulator.result import Interval
+from simulator.spread import spread_factors
 
 Proc = Generator[simpy.Event, Any, None]
 
@@ -81,6 +84,7 @@ class WorkerClocks:
             their co-located efficiency (0: no such work).
         copy_s_per_message: CPU seconds per message (gloo's threads) run there likewise.
         jitter_s, seed: mean per-round delay of an exchange call and the seed of its draws (:mod:`simulator.jitter`).
+        spread: ``sigma`` of the workers' uneven progress between exchange calls (:mod:`simulator.spread`; 0 = even).
     """
 
     def __init__(
@@ -97,12 +101,14 @@ class WorkerClocks:
         copy_s_per_message: float = 0.0,
         jitter_s: float = 0.0,
         seed: int = 0,
+        spread: float = 0.0,
     ) -> None:
         self.env, self.net, self.N, self.pools = env, net, workers, pools
         self.workers_per_host, self.trace, self.share_eta = workers_per_host, trace, share_eta
         self.copy_s_per_byte, self.copy_eta, self.copy_s_per_message = copy_s_per_byte, copy_eta, copy_s_per_message
-        self.jitter_s, self.seed = jitter_s, seed
+        self.jitter_s, self.seed, self.spread = jitter_s, seed, spread
         self.posts = [0] * workers
+        self.factor = [float(f) for f in spread_factors(spread, seed, range(workers), [0] * workers)]
         self.allreduce_seq = [0] * workers
 
     def compute(self, w: Worker, seconds: float, what: tuple) -> Proc:
@@ -113,6 +119,7 @@ class WorkerClocks:
         """
         if seconds <= 0.0:
             return
+        seconds *= self.factor[w.rank]
         if self.pools is None:
             start = w.clock
             w.clock = w.mem.now = start + seconds
@@ -133,6 +140,9 @@ class WorkerClocks:
 
     def tick(self, w: Worker, seconds: float, what: tuple) -> None:
         """:meth:`compute` without shared cores: move the worker's clock (no generator, no event)."""
+        self._advance(w, seconds * self.factor[w.rank], what)
+
+    def _advance(self, w: Worker, seconds: float, what: tuple) -> None:
         if seconds > 0.0:
             start = w.clock
             w.clock = w.mem.now = start + seconds
@@ -216,10 +226,12 @@ class WorkerClocks:
     def jitter(self, w: Worker) -> None:
         """Delay the worker's next exchange call by its jitter draw (booked as compute; the caller has
         synced, and posts at the worker's clock)."""
+        k = self.posts[w.rank]
+        self.posts[w.rank] = k + 1
+        if self.spread > 0.0:  # the next segment's factor
+            self.factor[w.rank] = float(spread_factors(self.spread, self.seed, w.rank, k + 1))
         if self.jitter_s > 0.0:
-            k = self.posts[w.rank]
-            self.posts[w.rank] = k + 1
-            self.tick(w, float(jitter_delays(self.jitter_s, self.seed, w.rank, k)), ("jitter",))
+            self._advance(w, float(jitter_delays(self.jitter_s, self.seed, w.rank, k)), ("jitter",))
 
     def sync(self, w: Worker) -> Proc:
         """Let the simulation clock catch up with the worker's before it posts messages.

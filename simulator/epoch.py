@@ -26,6 +26,7 @@ from simulator.profile import Profile
 from simulator.result import EpochResult
 from simulator.runspec import RunSpec, resolve_placement
 from simulator.schedule import Schedule
+from simulator.spread import sigma_for
 from simulator.workload import PartitionStats
 
 
@@ -56,6 +57,8 @@ class EpochModel:
                 "the lockstep executor needs one worker per host (or all on one host), no shared cores, the "
                 "reserve network and no trace; use executor='events'"
             )
+        # uneven progress of the host's time-shared workers (simulator.spread; 0 without a measured table)
+        self.spread = sigma_for(profile.progress_spread, self.placement.workers_per_host)
         self.pricing = EpochPricing(stats, model, run, profile, self.placement, scale_bytes, vector=self.lockstep)
 
     def run(self) -> EpochResult:
@@ -78,7 +81,7 @@ class EpochModel:
         pools = [SharedCores(env, slots) for _ in range(-(-N // wph))] if slots is not None else None
         clock = WorkerClocks(env, net, N, pools, self.placement.workers_per_host, trace, pricing.share_eta,
                              pricing.copy_s_per_byte, pricing.copy_eta, pricing.copy_s_per_message,
-                             self.profile.round_jitter_s, self.run_spec.seed)  # fmt: skip
+                             self.profile.round_jitter_s, self.run_spec.seed, self.spread)  # fmt: skip
         schedule = Schedule(pricing, clock, self.run_spec)
         workers = [Worker(p, MemoryTracker(start=float(pricing.persistent[p]), trace=trace)) for p in range(N)]
         procs = [env.process(schedule.worker(w)) for w in workers]
@@ -109,7 +112,7 @@ class EpochModel:
         wall, cpu = time.perf_counter(), time.process_time()
         prof, pricing = self.profile, self.pricing
         clock = lockstep.LockstepClocks(self.N, prof.inter_host, prof.intra_host, self.placement.workers_per_nic,
-                                        prof.round_jitter_s, self.run_spec.seed)  # fmt: skip
+                                        prof.round_jitter_s, self.run_spec.seed, self.spread)  # fmt: skip
         w = lockstep.VectorWorker(self.N, pricing.persistent)
         for _ in Schedule(pricing, clock, self.run_spec).worker(w):  # type: ignore[arg-type]
             raise RuntimeError("schedule bug: a lockstep worker waited for an event")

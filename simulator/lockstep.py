@@ -33,6 +33,7 @@ from simulator.jitter import jitter_delays
 from simulator.profile import Link
 from simulator.runspec import Placement, RunSpec
 from simulator.sharing import shared_efficiency
+from simulator.spread import spread_factors
 
 
 def applies(run: RunSpec, placement: Placement, workers: int) -> bool:
@@ -94,13 +95,14 @@ class LockstepClocks:
         inter_host, intra_host: the links; ranks ``h * workers_per_nic ...`` share NIC ``h``.
         workers_per_nic: placement (1, or ``>= N``: one host).
         jitter_s, seed: mean per-round delay and its seed (:mod:`simulator.jitter`).
+        spread: ``sigma`` of uneven progress between exchange calls (:mod:`simulator.spread`; 0 = even).
     """
 
     pools = None
     env = None
 
     def __init__(self, workers: int, inter_host: Link, intra_host: Link, workers_per_nic: int,
-                 jitter_s: float = 0.0, seed: int = 0) -> None:
+                 jitter_s: float = 0.0, seed: int = 0, spread: float = 0.0) -> None:
         self.N = workers
         self.ranks = np.arange(workers)
         self.host = self.ranks // max(workers_per_nic, 1)
@@ -108,8 +110,9 @@ class LockstepClocks:
         self.collective_link = inter_host if workers_per_nic < workers else intra_host
         self.send_free = np.zeros(workers)
         self.recv_free = np.zeros(workers)
-        self.jitter_s, self.seed = jitter_s, seed
+        self.jitter_s, self.seed, self.spread = jitter_s, seed, spread
         self.posts = np.zeros(workers, dtype=np.int64)
+        self.factor = spread_factors(spread, seed, self.ranks, self.posts)
         self.matched = 0
         self.steps = 0  # exchanges and all-reduces, each one step for all ranks (reported as "events")
 
@@ -118,6 +121,9 @@ class LockstepClocks:
         return _no_event()
 
     def tick(self, w: VectorWorker, seconds: Any, what: tuple) -> None:
+        self._advance(w, seconds * self.factor if self.spread > 0.0 else seconds)
+
+    def _advance(self, w: VectorWorker, seconds: Any) -> None:
         w.clock = w.clock + seconds
         w.compute_s = w.compute_s + seconds
 
@@ -165,8 +171,10 @@ class LockstepClocks:
     def jitter(self, w: VectorWorker) -> None:
         """Every rank's next exchange call is delayed by its jitter draw (booked as compute)."""
         if self.jitter_s > 0.0:
-            self.tick(w, jitter_delays(self.jitter_s, self.seed, self.ranks, self.posts), ("jitter",))
-            self.posts += 1
+            self._advance(w, jitter_delays(self.jitter_s, self.seed, self.ranks, self.posts))
+        self.posts += 1
+        if self.spread > 0.0:  # the next segment's factors
+            self.factor = spread_factors(self.spread, self.seed, self.ranks, self.posts)
 
     def exchange(self, w: VectorWorker, phase: str, li: int, r: int, send_bytes: Any, recv_bytes: Any,
                  at: np.ndarray) -> tuple[VectorMessage, VectorMessage]:

@@ -154,6 +154,10 @@ class Profile:
         round_jitter_s: mean of a random delay (exponential) each exchange call suffers before it posts (OS
             noise, interrupts, Python's garbage collector); a ring round then ends with the slowest of its
             pairs' delays. 0 = none. Drawn from a fixed seed, so a prediction is repeatable.
+        progress_spread: ``{P: sigma_P}``: how unevenly ``P`` single-thread workers sharing one host's cores
+            progress between two exchange calls (:mod:`simulator.spread`; measured by
+            :mod:`simulator.progressbench` and fitted by :func:`simulator.spread.fit_sigma`). Empty = even
+            progress (presets: one worker per core).
         p2p_cpu_s_per_byte: CPU seconds a worker's process spends per byte it sends or receives (loopback
             copies in the communication threads); charged to its host's shared cores when co-located
             workers share them (0 = the NIC moves the bytes).
@@ -194,6 +198,7 @@ class Profile:
     p2p_wait_s: float = 0.0
     p2p_msg_cpu_s: float = 0.0
     round_jitter_s: float = 0.0
+    progress_spread: dict[int, float] = field(default_factory=dict)
     p2p_cpu_s_per_byte: float = 0.0
     mem_overhead_factor: float = 1.0
     first_use_bytes: dict[str, float] = field(default_factory=dict)
@@ -217,6 +222,8 @@ class Profile:
             raise ValueError("cores_per_host must be >= 1 and workers_per_host >= 0")
         if min(self.p2p_call_s, self.p2p_op_s, self.p2p_wait_s, self.p2p_msg_cpu_s, self.round_jitter_s) < 0:
             raise ValueError("message costs (p2p_*) and round_jitter_s must be >= 0")
+        if any(int(k) < 1 or float(v) < 0 for k, v in self.progress_spread.items()):
+            raise ValueError(f"progress_spread needs worker counts >= 1 and spreads >= 0, got {self.progress_spread}")
         if self.compute_scale_key not in SCALE_KEYS:
             raise ValueError(f"compute_scale_key must be one of {SCALE_KEYS}, got {self.compute_scale_key!r}")
 
@@ -280,6 +287,7 @@ class Profile:
             "p2p_wait_s": float(d.get("p2p_wait_s", 0.0)),
             "p2p_msg_cpu_s": float(d.get("p2p_msg_cpu_s", 0.0)),
             "round_jitter_s": float(d.get("round_jitter_s", 0.0)),
+            "progress_spread": {int(k): float(v) for k, v in d.get("progress_spread", {}).items()},
             "p2p_cpu_s_per_byte": float(d.get("p2p_cpu_s_per_byte", 0.0)),
             "mem_overhead_factor": float(d.get("mem_overhead_factor", 1.0)),
             "first_use_bytes": {k: float(v) for k, v in d.get("first_use_bytes", {}).items()},

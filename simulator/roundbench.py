@@ -54,6 +54,7 @@ from collections import deque
 from pathlib import Path
 
 from simulator.provenance import resolve_profile
+from simulator.ranks import run_ranks
 from simulator.roundmodel import PATTERN, concurrent, model_link, model_table, pass_bytes, round_count
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -239,53 +240,27 @@ def measure(net: str, world: int, patterns: list[str], nbytes: int, repeats: int
         netns.check_host()
         network = netns.EmulatedNetwork(NetSpec(spec.kind, spec.rate_bps, world), world)
     out = tempfile.mktemp(prefix="roundbench-", suffix=".json")
-    procs: list[subprocess.Popen] = []
-    logs = [tempfile.TemporaryFile() for _ in range(world)]  # each rank's stderr, for the error message
+    port = netns.MASTER_PORT if network is not None else 29000 + os.getpid() % 1000
 
-    def failure(what: str) -> RuntimeError:
-        tails = []
-        for rank, log in enumerate(logs):
-            log.seek(0)
-            text = log.read().decode(errors="replace").strip()
-            if text:
-                tails.append(f"--- rank {rank} stderr:\n{text[-4000:]}")
-        return RuntimeError("\n".join([what, *tails]))
+    def env(rank: int) -> dict[str, str]:
+        found = worker_env(rank, world, network.address(0) if network else "127.0.0.1", port)
+        if network is not None:
+            found.update(network.env(rank))
+        return found
+
+    def command(rank: int) -> list[str]:
+        prefix = network.command(rank) if network is not None else []
+        return [*prefix, sys.executable, "-m", "simulator.roundbench", "--child", "--patterns", ",".join(patterns),
+                "--bytes", str(nbytes), "--repeats", str(repeats), "--spin-ms", str(spin_s * 1e3),
+                "--rounds", str(rounds), "--samples", out]
 
     try:
         if network is not None:
             network.create()
-        port = netns.MASTER_PORT if network is not None else 29000 + os.getpid() % 1000
-        for rank in range(world):
-            env = worker_env(rank, world, network.address(0) if network else "127.0.0.1", port)
-            prefix: list[str] = []
-            if network is not None:
-                env.update(network.env(rank))
-                prefix = network.command(rank)
-            cmd = [*prefix, sys.executable, "-m", "simulator.roundbench", "--child", "--patterns", ",".join(patterns),
-                   "--bytes", str(nbytes), "--repeats", str(repeats), "--spin-ms", str(spin_s * 1e3),
-                   "--rounds", str(rounds),
-                   "--samples", out]
-            procs.append(subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=logs[rank]))
-        deadline = time.monotonic() + timeout_s
-        while True:  # the first rank to fail ends the run (the others would hang)
-            running = [proc.poll() is None for proc in procs]
-            failed = [(rank, proc.returncode) for rank, proc in enumerate(procs) if proc.returncode]
-            if failed:
-                raise failure(f"roundbench rank {failed[0][0]} exited with {failed[0][1]}")
-            if not any(running):
-                break
-            if time.monotonic() > deadline:
-                raise failure(f"roundbench ranks still running after {timeout_s:g} s")
-            time.sleep(0.05)
+        run_ranks(world, command, env, "roundbench", timeout_s)
         drops = qdisc_drops(network) if network is not None else {}
         return {"samples": json.loads(Path(out).read_text()), "qdisc_drops": drops}
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        for log in logs:
-            log.close()
         if network is not None:
             network.destroy()
         if os.path.exists(out):

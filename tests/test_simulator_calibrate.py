@@ -23,6 +23,7 @@ from simulator.plausibility import implausible_compute_scale, implausible_thread
 from simulator.profile import OpCost, icelake_hdr200, load_profile, reference_laptop
 from simulator.provenance import plausibility_warnings, shipped_profiles
 from simulator.runspec import RunSpec
+from simulator.spread import barrier_loss
 from simulator.workload import estimate_partition
 
 
@@ -57,6 +58,14 @@ def test_calibrate_quick(tmp_path):
     assert b1 > b0 and all(0.2 < s < 20 for s in (s0, s1))
     assert prof.compute_scale == pytest.approx(math.exp(np.log(ratios).mean()))
     assert prof.scale_at(b0) == pytest.approx(s0) and prof.scale_at(b1) == pytest.approx(s1)
+    # progress spread: measured at P = C, 2C, 4C ranks; each sigma reproduces its probe's barrier loss
+    raw = prof.meta["raw"]["progress_spread"]
+    cores = prof.meta["threads_measured"][-1]
+    assert sorted(prof.progress_spread) == sorted({max(2, cores), 2 * cores, 4 * cores}) == sorted(map(int, raw))
+    for p, sigma in prof.progress_spread.items():
+        assert raw[str(p)]["loss"] >= 1.0 and 0.0 <= sigma <= 1.5
+        if 1.0 < raw[str(p)]["loss"] < barrier_loss(1.5, p, cores):
+            assert barrier_loss(sigma, p, cores) == pytest.approx(raw[str(p)]["loss"], rel=2e-3)
     st = estimate_partition(4000, 40000, 2, 16, 4)
     res = simulate_epoch(st, ModelSpec("gcn", layers=2, hidden=16), RunSpec(mode="sar"), prof)
     assert 0 < res.epoch_time_s.max() < 60
