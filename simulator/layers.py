@@ -54,6 +54,7 @@ class LayerPlan:
         autograd: unfused GAT or per-edge R-GCN whose aggregation runs under torch autograd (see :meth:`in_run`).
         relations: R-GCN: the partition's per-relation counts (:meth:`with_relations`; None: one relation
             reaching rows at random).
+        self_loops: GAT: every node also attends to itself (:meth:`self_init`, :meth:`self_bwd`).
     """
 
     index: int
@@ -75,6 +76,7 @@ class LayerPlan:
     params: int = 0
     autograd: bool = False
     relations: RelationStats | None = None
+    self_loops: bool = True
 
     @property
     def family(self) -> str:
@@ -181,6 +183,22 @@ class LayerPlan:
         if self.family != "spmm":
             return []
         return [Op("elementwise", ZERO_FILL_PASSES * n * self.agg_width * self.bytes_per_element)]
+
+    def self_init(self, n: Number) -> list[Op]:
+        """GAT's self-loop terms put into the initial state (``AttentionAggregation.init``, before any shard).
+
+        .. math:: e = \\mathrm{leaky}(s_{dst} + s_{src}),\\quad m = e,\\quad w = \\exp(e - m),\\quad acc = w\\,z
+
+        Bytes per element of the ``n`` destination rows (reads + writes): ``s_dst + s_src`` ``3 H b``, leaky ReLU
+        ``2 H b``, ``m``'s clone ``2 H b``, ``e - m`` ``3 H b``, ``exp`` ``2 H b``, ``w z`` ``(2 H C + H) b``:
+        ``(2 H C + 13 H) b`` in 6 calls (the score and ``z`` columns are strided views of the destination rows,
+        counted by the elements they hold). The same ops run under autograd. Without self loops, or for other
+        models: nothing (the empty state is not priced, as before).
+        """
+        if self.kind != "gat" or not self.self_loops:
+            return []
+        hc, heads = self.heads * self.channels, self.heads
+        return [Op("elementwise", n * (2.0 * hc + 13.0 * heads) * self.bytes_per_element, calls=6)]
 
     @property
     def agg_width_in(self) -> int:
@@ -292,6 +310,42 @@ class LayerPlan:
         if self.kind == "gat":
             ops.append(Op("elementwise", ZERO_FILL_PASSES * n * (w + self.heads) * b))
         return ops
+
+    def self_bwd(self, n: Number) -> list[Op]:
+        """Backward of GAT's self-loop terms, once per layer, right after the local shard's VJP (both ring modes) or the
+        one shard's (oneshot, one worker): ``AttentionAggregation.self_vjp`` and ``grad_dst +=`` its result
+        (``_self_vjp`` in ``sarlab/aggregate.py``).
+
+        .. math::
+            p = s_{dst} + s_{src},\\quad \\alpha = e^{\\mathrm{leaky}(p) - m} / l,\\quad
+            d_e = \\alpha \\left(\\textstyle\\sum_c g z - \\sum_c g\\, out\\right) \\mathrm{leaky}'(p),\\quad
+            g_z = \\alpha g
+
+        Bytes per element of the ``n`` rows (reads + writes), ``[n, H]`` ops: ``p`` 3, leaky 2, ``- m`` 3, exp 2,
+        ``where(l > 0, l, 1)`` (compare ``b + 1``, ones ``b``, select ``3 b + 1``), the division 3, the outputs of
+        the two sums 1 each, ``- delta`` 3, ``alpha *`` 3, ``where(p > 0, 1, slope)`` (compare ``b + 1``, two
+        fills ``b`` each, select ``3 b + 1``), ``* leaky'`` 3, ``alpha`` read by ``g_z`` 1, the two ``d_e`` copied
+        into the concatenation 4, their share of ``grad_dst +=`` 6: ``(46 b + 4) H``; ``[n, H, C]`` passes:
+        ``g * out`` 3 and its sum's read 1, ``g * z`` 3 and 1, ``g_z`` 2, its copy into the concatenation 2, its
+        share of ``grad_dst +=`` 3: ``15 H C b``; 22 calls.
+
+        Unfused GAT under autograd runs no ``self_vjp``: the backward of ``init``'s graph instead (gatbench's
+        timed graph starts from an empty state, so none of it is in the family's rate): the gradient of the
+        first shard's ``acc * scale`` ``2 H C + H`` and ``l * scale`` ``3 H``; ``w z``'s ``g * z`` ``3 H C`` with
+        its sum ``H C + H`` and ``g * w`` ``2 H C + H``; the two gradients of ``w`` added ``3 H``; exp's and leaky
+        ReLU's backward ``3 H`` each; three slices of the destination rows (``z``, ``s_src``, ``s_dst``), each a
+        zero-filled ``n (H C + 2 H)`` (:data:`simulator.ops.ZERO_FILL_PASSES`) with the slice copied in
+        (``2 H C``, ``2 H``, ``2 H``) and added into the rows' gradient (``3 (H C + 2 H)``), all times ``b``;
+        17 calls.
+        """
+        if self.kind != "gat" or not self.self_loops:
+            return []
+        b, hc, heads = self.bytes_per_element, self.heads * self.channels, self.heads
+        if self.autograd:
+            slices = 3.0 * (ZERO_FILL_PASSES + 3.0) * (hc + 2.0 * heads) + 2.0 * hc + 4.0 * heads
+            per_row = (2.0 * hc + heads) + 3.0 * heads + (4.0 * hc + heads) + (2.0 * hc + heads) + 9.0 * heads + slices
+            return [Op("elementwise", n * per_row * b, calls=17, backward=True)]
+        return [Op("elementwise", n * (15.0 * hc * b + (46.0 * b + 4.0) * heads), calls=22, backward=True)]
 
     def shard_bwd(self, edges: Number, n: Number, num_src: Number, in_place: bool = False) -> list[Op]:
         """Backward of one shard: ``A_q^T g`` (case 1, output ``num_src`` rows), else the VJP.
@@ -416,6 +470,7 @@ def layer_plans(spec: ModelSpec, feature_dim: int, num_classes: int) -> list[Lay
                 dropout=0.0 if last else spec.dropout,
                 bytes_per_element=b,
                 params=params,
+                self_loops=spec.self_loops,
             )
         )
         in_dim = out_dim

@@ -25,6 +25,8 @@ class ModelSpec:
         dropout: dropout probability of hidden layers (0 disables the op).
         dtype: ``float32``/``float64``/``bfloat16``.
         relations: R-GCN: relations of the graph (one weight ``W_r`` per relation and layer, plus the root weight).
+        self_loops: GAT: every node also attends to itself (the engine's default), which adds the self-loop terms'
+            work to each layer (:meth:`simulator.layers.LayerPlan.self_init`, :meth:`~.LayerPlan.self_bwd`).
     """
 
     model: str = "gcn"
@@ -37,6 +39,7 @@ class ModelSpec:
     dropout: float = 0.5
     dtype: str = "float32"
     relations: int = 1
+    self_loops: bool = True
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
@@ -76,7 +79,8 @@ def parse_model(label: str, base: ModelSpec) -> ModelSpec:
     name, _, variant = label.strip().lower().partition("-")
     fields = {
         k: getattr(base, k)
-        for k in ("layers", "hidden", "heads", "aggr", "fused", "batchnorm", "dropout", "dtype", "relations")
+        for k in ("layers", "hidden", "heads", "aggr", "fused", "batchnorm", "dropout", "dtype", "relations",
+                  "self_loops")
     }
     if name == "sage" and variant:
         fields["aggr"] = variant

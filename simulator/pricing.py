@@ -90,6 +90,7 @@ class LayerTables:
     tail_b: tuple[list[float], list[float]]
     post_b: list[float]
     bwd_setup: list[float]
+    self_b: list[float]
     pre_b: list[float]
     shard_f: list[list[float]]
     shard_b: list[list[float]]
@@ -253,7 +254,7 @@ class EpochPricing:
             # mean: oneshot's shard_vjp divides the output gradient by the degree (the ring modes scale it
             # once for all shards, the local one included, and that copy is booked with the ring rounds)
             one_bwd_transient = one_bwd_transient + n * plan.width * self.b
-        if plan.kind == "gat" and not plan.autograd:
+        if plan.kind == "gat" and not plan.autograd and plan.self_loops:
             # the local shard's VJP (and oneshot's one) is followed by the self-loop terms' VJP while its
             # row and destination gradients are still held: those two, the self-loop gradient and its
             # concatenation, and n x H temporaries; the peak of that phase may exceed the kernel's
@@ -275,13 +276,14 @@ class EpochPricing:
         return LayerTables(
             plan=plan,
             pre_f=self._part(cost(plan.pre_fwd(n))),
-            init_f=self._part(cost(plan.agg_init(n))),
+            init_f=self._part(cost(plan.agg_init(n) + plan.self_init(n))),  # zeroed state, GAT's self loops
             finalize=self._part(cost(plan.finalize(n))),
             post_f=self._part(cost(plan.post_fwd(n))),
             tail_f=tuple(self._part(cost(ops)) for ops in plan.tail_fwd(n)),  # type: ignore[arg-type]
             tail_b=tuple(self._part(cost(ops)) for ops in plan.tail_bwd(n)),  # type: ignore[arg-type]
             post_b=self._part(cost(plan.post_bwd(n))),
             bwd_setup=self._part(cost(plan.agg_bwd_setup(n))),
+            self_b=self._part(cost(plan.self_bwd(n))),  # GAT's self-loop terms, after the local shard's VJP
             pre_b=self._part(cost(plan.pre_bwd(n))),
             shard_f=self._pairs(shard_f, has_edges),
             shard_b=self._pairs(shard_b, has_edges),
@@ -345,7 +347,7 @@ class EpochPricing:
             e = e_local + e_remote * (self.N - 1) if not self.ring else e_remote
             kinds = {
                 "pre": L.pre_fwd(n),
-                "agg": L.shard_fwd(e, n, h or n),
+                "agg": L.self_init(n) + L.shard_fwd(e, n, h or n),
                 "finalize": L.finalize(n),
                 "post": L.post_fwd(n),
                 "bn": tail_f[0] + tail_f[1],
@@ -354,7 +356,7 @@ class EpochPricing:
                 "bn-bwd": tail_b[1],
                 "post-bwd": L.post_bwd(n),
                 "bwd-setup": L.agg_bwd_setup(n),
-                "agg-bwd": L.shard_bwd(e, n, h or n),
+                "agg-bwd": L.shard_bwd(e, n, h or n) + L.self_bwd(n),
                 "pre-bwd": L.pre_bwd(n),
                 "gather": L.gather_rows(h or n),
                 "accumulate": L.accumulate_grad(h or n),

@@ -58,7 +58,8 @@ def split_mode(mode: str) -> tuple[str, str]:
 def model_for(row: pd.Series, stats: PartitionStats | None = None) -> ModelSpec:
     """The :class:`ModelSpec` of a record's configuration columns.
 
-    GAT: fused from ``fused`` or the ``+fused`` mode suffix. R-GCN: aggregate-first from ``fused`` unless the mode
+    GAT: fused from ``fused`` or the ``+fused`` mode suffix; self-loops from ``self_loops`` (:func:`flag_of`; True, the
+    engine's default, where the record lacks it). R-GCN: aggregate-first from ``fused`` unless the mode
     says ``+edge`` (``sarlab bench engine``'s per-edge label); its relations from ``num_relations``, or, where the
     records lack it, from the partition (``stats``, else :func:`stats_for`: the manifest the records name).
 
@@ -85,7 +86,19 @@ def model_for(row: pd.Series, stats: PartitionStats | None = None) -> ModelSpec:
         dropout=float(row.get("dropout") or 0.0),
         dtype=str(row.get("dtype") or "float32"),
         relations=relations_of(row, stats) if rgcn else 1,
+        self_loops=flag_of(row, "self_loops", True),
     )
+
+
+def flag_of(row: pd.Series, key: str, default: bool) -> bool:
+    """A boolean column of a record: ``default`` where it is missing or empty; ``False``/``false``/``0`` read as
+    False (a CSV read as text)."""
+    value = row.get(key)
+    if value is None or (not isinstance(value, str) and pd.isna(value)) or value == "":
+        return default
+    if isinstance(value, str):
+        return value.strip().lower() not in ("false", "0", "no")
+    return bool(value)
 
 
 def relations_of(row: pd.Series, stats: PartitionStats | None = None) -> int:

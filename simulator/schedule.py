@@ -331,10 +331,11 @@ class Schedule:
         mem.alloc(own + extra)  # zeroed source gradient (+ the above)
         yield from self.clock.compute(w, A.bwd_setup[p], (li, "bwd-setup"))
 
-        def local() -> Proc:  # the local shard's VJP, added into the source gradient (case 1: in place)
+        def local() -> Proc:  # the local shard's VJP, added into the source gradient (case 1: in place), then
+            # the self-loop terms' VJP (GAT)
             transient = A.shard_bwd_transient[p][p]
             mem.alloc(transient)
-            yield from self.clock.compute(w, A.shard_b[p][p], (li, "agg-bwd", 0))
+            yield from self.clock.compute(w, A.shard_b[p][p] + A.self_b[p], (li, "agg-bwd", 0))
             mem.free(transient)
             if kept is not None:
                 mem.free(A.shard_kept[p][p])
@@ -362,7 +363,8 @@ class Schedule:
             # gradients are (measured: the graph is released when the backward ends)
             transient = reduce(np.maximum, (A.shard_bwd_transient[p][q] for q in shards))
             mem.alloc(transient)
-            yield from self.clock.compute(w, sum(A.shard_b[p][q] for q in shards), (li, "agg-bwd"))
+            seconds = sum(A.shard_b[p][q] for q in shards) + A.self_b[p]  # init's graph (self loops) is in it
+            yield from self.clock.compute(w, seconds, (li, "agg-bwd"))
             mem.free(transient)
             grads = sum(A.row_bytes[p][q] for q in shards[1:])
             mem.alloc(grads)
@@ -431,7 +433,7 @@ class Schedule:
         transient = A.one_bwd_transient[p]
         grad = A.one_grad[p]
         mem.alloc(grad + transient)
-        yield from self.clock.compute(w, A.one_b[p], (li, "agg-bwd", 0))
+        yield from self.clock.compute(w, A.one_b[p] + A.self_b[p], (li, "agg-bwd", 0))  # + GAT's self loops
         mem.free(transient + A.one_kept[p])
         if L.case == 2 and not L.autograd:
             mem.free(A.one_ext[p])
