@@ -29,6 +29,17 @@ from simulator.model import ModelSpec
 from simulator.ops import ACTIVE_ROW_FAMILIES, FP64, ZERO_FILL_PASSES, Number, Op, active_rows
 from simulator.workload import RelationStats
 
+#: GAT ``pre`` forward, bytes per element of a row's ``H C`` columns: the products ``z * a`` read ``z`` and write
+#: (``a`` is cache resident) ``2 + 2``; the channel sums read ``H C`` at a quarter of a written pass's cost (a
+#: read-only reduction; measured 0.24) ``0.25 + 0.25``; the two concatenations ``2 + 2``
+GAT_PRE_FWD_HC = 8.5
+#: ... and of its ``H`` columns: the sums write ``1 + 1``, the concatenations copy ``2`` and ``2 * 2``
+GAT_PRE_FWD_H = 8.0
+#: GAT ``pre`` backward, passes of ``n H C``: four products with ``g`` broadcast from ``[n, H, 1]`` at 2.5 (measured
+#: 2.6-2.7 at H = 4, C = 24, 1.7 at H = 1, C = 16: the broadcast, not the bytes, bounds them) ``10``; ``a``'s two row
+#: sums ``0.5``; the two adds of ``z``'s three gradients ``3 + 3``
+GAT_PRE_BWD_HC = 16.5
+
 
 @dataclass(frozen=True)
 class LayerPlan:
@@ -139,7 +150,12 @@ class LayerPlan:
 
     # ---------------------------------------------------------------------------------- forward
     def pre_fwd(self, n: Number) -> list[Op]:
-        """Dense work before the aggregation on ``n`` rows."""
+        """Dense work before the aggregation on ``n`` rows.
+
+        GAT (``GATConv.forward`` up to the aggregation): ``z = x W``; ``s_src, s_dst = sum_c z * a``; the exchanged
+        rows ``[z, s_src]`` and the destination rows ``[z, s_src, s_dst]`` (two ``torch.cat``), in 6 elementwise calls
+        of :data:`GAT_PRE_FWD_HC` ``H C`` + :data:`GAT_PRE_FWD_H` ``H`` bytes-per-element of each row.
+        """
         b = self.bytes_per_element
         if self.kind == "gcn":  # h = lin(x); h * deg^-1/2
             return [
@@ -151,11 +167,11 @@ class LayerPlan:
                 Op("gemm", 2.0 * n * self.in_dim * self.in_dim),
                 Op("elementwise", 2.0 * n * self.in_dim * b),
             ]
-        if self.kind == "gat":  # z = lin(x); s_src, s_dst = sum_c z * a
-            hc = self.heads * self.channels
+        if self.kind == "gat":
+            hc, heads = self.heads * self.channels, self.heads
             return [
                 Op("gemm", 2.0 * n * self.in_dim * hc),
-                Op("elementwise", 2.0 * 3.0 * n * hc * b, calls=4),
+                Op("elementwise", n * (GAT_PRE_FWD_HC * hc + GAT_PRE_FWD_H * heads) * b, calls=6),
             ]
         return []
 
@@ -371,7 +387,13 @@ class LayerPlan:
         return [replace(o, backward=True, rows=o.rows + num_src * self.width) for o in fwd]
 
     def pre_bwd(self, n: Number) -> list[Op]:
-        """Backward of ``pre``: weight gradient, and the input gradient when needed."""
+        """Backward of ``pre``: weight gradient, and the input gradient when needed.
+
+        GAT: autograd's backward of :meth:`pre_fwd`'s ops: the concatenations' and sums' backward are views; the two
+        products ``z * a`` give four broadcast products (``g a`` and ``g z``), ``a``'s gradients two sums over the
+        rows, and ``z``'s three gradients two adds: 8 elementwise calls of :data:`GAT_PRE_BWD_HC` passes of
+        ``n H C``, then ``dW`` (and ``dx``).
+        """
         b = self.bytes_per_element
         grads = 2 if self.needs_input_grad else 1
         if self.kind == "rgcn":  # dx = root's + the aggregation's
@@ -393,7 +415,7 @@ class LayerPlan:
             return ops
         hc = self.heads * self.channels
         return [
-            Op("elementwise", 6.0 * n * hc * b, calls=4, backward=True),
+            Op("elementwise", GAT_PRE_BWD_HC * n * hc * b, calls=8, backward=True),
             Op("gemm", grads * 2.0 * n * self.in_dim * hc, calls=grads),
         ]
 
