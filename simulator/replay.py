@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -32,13 +33,20 @@ def manifest_path(pdir: str, records_path: str = "") -> Path | None:
 
 def stats_for(row: pd.Series) -> PartitionStats:
     """The partition the records ran on (its manifest, or the copy kept beside the records), or a
-    random-partition estimate from the totals."""
+    random-partition estimate from the totals; a warning says so when the records name a partition whose manifest
+    is not found (a random partition's halos are far larger than METIS's: the prediction is not of that run)."""
     workers = int(row["workers"])
-    found = manifest_path(str(row.get("partition_dir") or ""), str(row.get("records_path") or ""))
+    pdir = str(row.get("partition_dir") or "")
+    found = manifest_path(pdir, str(row.get("records_path") or ""))
     if found is not None:
         stats = load_manifest(found)
         if stats.num_parts == workers:
             return stats
+    if pdir:
+        where = (f"{found} has other parts than {workers}" if found is not None
+                 else "no manifest there or beside the records")
+        warnings.warn(f"partition {pdir}: {where} (records_path {row.get('records_path') or 'not set'}); "
+                      f"priced on a random-partition estimate of {int(row['num_nodes'])} nodes", stacklevel=2)
     return estimate_partition(
         int(row["num_nodes"]),
         int(row["num_edges"]),

@@ -221,9 +221,10 @@ def test_validation_finds_the_manifest_kept_beside_the_records(tmp_path):
     recs.to_csv(tmp_path / "recs.csv", index=False)
     table = validate(read_records(tmp_path / "recs.csv"), hand_profile())
     assert table.iloc[0]["workload_source"] == f"manifest:{kept / 'tiny-n2.json'}"
-    # without the copy the same records fall back to the random-partition estimate
+    # without the copy the same records fall back to the random-partition estimate, and say so
     (kept / "tiny-n2.json").unlink()
-    table = validate(read_records(tmp_path / "recs.csv"), hand_profile())
+    with pytest.warns(UserWarning, match=r"partition /no/such/cache/tiny-n2: no manifest .*random-partition estimate"):
+        table = validate(read_records(tmp_path / "recs.csv"), hand_profile())
     assert table.iloc[0]["workload_source"].startswith("estimate:")
 
 
