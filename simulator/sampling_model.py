@@ -259,21 +259,23 @@ class SamplingEpoch:
 
 def step_ops(model: ModelSpec, stats: PartitionStats, sizes: SampledSizes) -> list[Op]:
     """One step's priced ops on a batch of ``sizes``: gathering its input rows, the layers' forward and backward on
-    the sampled blocks, loss, gradient flattening and Adam."""
+    the sampled blocks (GAT with its self-loop terms on the block's destination rows), loss, gradient flattening
+    and Adam."""
     plans = [p.in_run("oneshot", 1) for p in layer_plans(model, stats.feature_dim, stats.num_classes)]
     b = model.bytes_per_element
     ops: list[Op] = [Op("elementwise", 2.0 * sizes.rows[0] * stats.feature_dim * b)]  # gather of the input rows
     for layer, plan in enumerate(plans):
         src, dst, m = sizes.rows[layer], sizes.rows[layer + 1], sizes.edges[layer]
         tail = plan.tail_fwd(dst)
-        ops += plan.pre_fwd(src) + plan.agg_init(dst) + plan.shard_fwd(m, dst, src) + plan.finalize(dst)
+        ops += plan.pre_fwd(src) + plan.agg_init(dst) + plan.self_init(dst) + plan.shard_fwd(m, dst, src)
+        ops += plan.finalize(dst)
         ops += plan.post_fwd(dst) + tail[0] + tail[1] + tail[2]
         if plan.kind == "gcn":  # deg / sampled scaling of the sum
             ops.append(Op("elementwise", 2.0 * dst * plan.width * b))
         back = plan.tail_bwd(dst)
         ops += back[0] + back[1] + plan.post_bwd(dst)
         if plan.records:
-            ops += plan.agg_bwd_setup(dst) + plan.shard_bwd(m, dst, src, in_place=True)
+            ops += plan.agg_bwd_setup(dst) + plan.shard_bwd(m, dst, src, in_place=True) + plan.self_bwd(dst)
         ops += plan.pre_bwd(src)
     seeds, classes = sizes.rows[-1], stats.num_classes
     params = sum(p.params for p in plans)

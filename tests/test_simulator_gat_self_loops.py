@@ -195,3 +195,26 @@ def test_parse_model_keeps_self_loops_of_the_base():
     base = ModelSpec(hidden=8, heads=2, self_loops=False)
     assert parse_model("gat-fused", base).self_loops is False
     assert parse_model("gat", ModelSpec(hidden=8, heads=2)).self_loops is True
+
+
+def test_sampled_steps_price_the_self_loops_on_each_blocks_destination_rows():
+    """`--mode sampling` prices GAT's self-loop terms per sampled block: with self loops, one step's elementwise
+    bytes grow by the hand counts above on each layer's destination rows (fused GAT: the plain self_vjp)."""
+    from simulator.sampled_sizes import SampledSizes
+    from simulator.sampling_model import step_ops
+    from simulator.workload import estimate_partition
+
+    stats = estimate_partition(1000, 8000, 2, 5, 3)
+    sizes = SampledSizes(rows=np.array([400.0, 120.0, 30.0]), edges=np.array([900.0, 200.0]),
+                         local=np.array([0.6, 0.7, 1.0]))
+    spec = ModelSpec("gat", layers=2, hidden=HC, heads=H, fused=True, batchnorm=False, dropout=0.0)
+
+    def elementwise_bytes(self_loops: bool) -> float:
+        ops = step_ops(replace(spec, self_loops=self_loops), stats, sizes)
+        return sum(op.work for op in ops if op.family == "elementwise")
+
+    # layer 0: H heads of C channels; layer 1 (last): one head of num_classes = 3 channels, averaged
+    per_row = [(sum(INIT_ELEMS) * B) + sum(SELF_VJP_ELEMS) * B + SELF_VJP_BOOL_BYTES,
+               (2 * 3 + 13 * 1) * B + 15 * 3 * B + (46 * B + 4) * 1]
+    want = per_row[0] * 120.0 + per_row[1] * 30.0
+    assert elementwise_bytes(True) - elementwise_bytes(False) == pytest.approx(want)
