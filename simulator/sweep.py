@@ -69,6 +69,7 @@ def result_frame(
         "num_relations": [model.relations] * n,
         "aggr": [model.aggr] * n,
         "fused": [model.fused] * n,
+        "self_loops": [model.self_loops] * n,
         "prefetch": [run.prefetch] * n,
         "dtype": [model.dtype] * n,
         "batchnorm": [model.batchnorm] * n,

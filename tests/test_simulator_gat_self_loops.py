@@ -218,3 +218,19 @@ def test_sampled_steps_price_the_self_loops_on_each_blocks_destination_rows():
                (2 * 3 + 13 * 1) * B + 15 * 3 * B + (46 * B + 4) * 1]
     want = per_row[0] * 120.0 + per_row[1] * 30.0
     assert elementwise_bytes(True) - elementwise_bytes(False) == pytest.approx(want)
+
+
+def test_validation_keeps_the_records_self_loops_apart():
+    """Records of the same GAT configuration with and without self loops are two configurations after
+    summarize_measured, each priced with its own flag; records without the column mean the engine's default."""
+    from simulator.measured import summarize_measured, with_defaults
+
+    base = dict(mode="sar", model="gat", workers=1, rank=0, epoch_time_s=1.0, compute_s=1.0, comm_wait_s=0.0,
+                peak_mem_bytes=2e6, baseline_mem_bytes=1e6, num_nodes=100, num_edges=400, feature_dim=5,
+                num_classes=3, layers=2, hidden=6, heads=2, fused=True)
+    records = pd.DataFrame([dict(base, epoch=e, self_loops=flag) for flag in (True, False) for e in (0, 1)])
+    table = summarize_measured(with_defaults(records), warmup=1)
+    assert sorted(table["self_loops"]) == [False, True]
+    assert sorted(model_for(row).self_loops for _, row in table.iterrows()) == [False, True]
+    old = summarize_measured(with_defaults(records[records.self_loops].drop(columns="self_loops")), warmup=1)
+    assert list(old["self_loops"]) == [True] and model_for(old.iloc[0]).self_loops
