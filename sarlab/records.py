@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas is imported where a summary is made: the workers import the columns without it
+    import pandas as pd
 
 #: what every worker measures, once per (rank, epoch)
 METRIC_COLUMNS = ("mode", "model", "workers", "rank", "epoch", "epoch_time_s", "compute_s", "comm_wait_s",
@@ -91,6 +93,8 @@ def summarize(records: pd.DataFrame, keys: Sequence[str] = ("model", "mode", "wo
 def describe(records: pd.DataFrame | list) -> str:
     """One line for a finished run: final loss and accuracies (and Correct & Smooth's when it ran), steady epoch
     time, peak memory per worker."""
+    import pandas as pd
+
     df = pd.DataFrame(records)
     last = df[df.epoch == df.epoch.max()].iloc[0]
     row = summarize(df, keys=(), warmup=1).iloc[0]

@@ -13,6 +13,7 @@ from .label_aug import label_input_mask, with_label_inputs
 from .mfg import PrunedGraph
 from .nn.model import GNN, ModelConfig
 from .partition import Partition
+from .records import METRIC_COLUMNS
 from .stale import StaleHalos
 from .validate_data import InputError, check_int, check_real
 
@@ -20,9 +21,8 @@ LR_SCHEDULES = ("constant", "cosine")
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
-RECORD_COLUMNS = ("mode", "model", "workers", "rank", "epoch", "epoch_time_s", "compute_s", "comm_wait_s",
-                  "bytes_sent", "bytes_recv", "peak_mem_bytes", "baseline_mem_bytes", "loss", "train_acc",
-                  "val_acc", "test_acc")
+#: what every worker measures per (rank, epoch) (the metric columns of sarlab.records, the one list of them)
+RECORD_COLUMNS = METRIC_COLUMNS
 
 
 @dataclass(frozen=True)
