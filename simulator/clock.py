@@ -121,11 +121,7 @@ class WorkerClocks:
             return
         seconds *= self.factor[w.rank]
         if self.pools is None:
-            start = w.clock
-            w.clock = w.mem.now = start + seconds
-            w.compute_s += seconds
-            if self.trace:
-                w.intervals.append(Interval(start, w.clock, "compute", what))
+            self._advance(w, seconds, what)
             return
         env = self.env
         if w.clock > env.now:
@@ -143,6 +139,7 @@ class WorkerClocks:
         self._advance(w, seconds * self.factor[w.rank], what)
 
     def _advance(self, w: Worker, seconds: float, what: tuple) -> None:
+        """Move the worker's clock by ``seconds`` booked as compute (as they are: no spread factor)."""
         if seconds > 0.0:
             start = w.clock
             w.clock = w.mem.now = start + seconds

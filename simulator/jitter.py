@@ -24,11 +24,17 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
-def jitter_delays(mean: float, seed: int, ranks: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Delays of the ``counts``-th exchange calls of ``ranks`` (arrays of equal shape), seconds."""
+def counter_uniform(seed: int, ranks, counts, salt: int = 0) -> np.ndarray:
+    """``u in [0, 1)`` per element of ``ranks`` / ``counts`` (arrays of equal shape, or scalars), a pure function of
+    ``(seed, rank, count)``: splitmix64's finaliser of ``((seed + 1) G + (rank + 1) R + count) xor salt``, its top
+    53 bits; 1-d."""
     ranks = np.asarray(ranks, dtype=np.uint64)
     counts = np.asarray(counts, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        key = np.uint64(seed + 1) * _GOLDEN + (ranks + np.uint64(1)) * _RANK + counts
-        u = (_mix(np.atleast_1d(key)) >> np.uint64(11)).astype(np.float64) * 2.0**-53
-    return -mean * np.log1p(-u).reshape(np.shape(ranks))
+        key = (np.uint64(seed + 1) * _GOLDEN + (ranks + np.uint64(1)) * _RANK + counts) ^ np.uint64(salt)
+        return (_mix(np.atleast_1d(key)) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def jitter_delays(mean: float, seed: int, ranks: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Delays of the ``counts``-th exchange calls of ``ranks`` (arrays of equal shape), seconds."""
+    return -mean * np.log1p(-counter_uniform(seed, ranks, counts)).reshape(np.shape(ranks))

@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.jitter import _GOLDEN, _RANK, _mix
+from simulator.jitter import counter_uniform
 
 #: salt of the spread draws (kept apart from the jitter draws of the same rank and call)
-_SALT = np.uint64(0x5851F42D4C957F2D)
+_SALT = 0x5851F42D4C957F2D
 #: the smallest factor drawn (a segment never runs more than 1 / F_MIN faster than its mean)
 F_MIN = 0.2
 #: barrier rounds :func:`fit_sigma` simulates per trial sigma
@@ -38,10 +38,8 @@ FIT_ROUNDS = 4000
 
 
 def _uniform(seed: int, ranks: np.ndarray, counts: np.ndarray, stream: int) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        key = (np.uint64(seed + 1) * _GOLDEN + (ranks + np.uint64(1)) * _RANK + counts * np.uint64(2)
-               + np.uint64(stream)) ^ _SALT
-        return ((_mix(np.atleast_1d(key)) >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
+    """Stream ``stream`` (0 or 1) of the salted counter draws, shifted half a step into ``(0, 1)`` (for the log)."""
+    return counter_uniform(seed, ranks, counts * np.uint64(2) + np.uint64(stream), _SALT) + 2.0**-54
 
 
 def spread_factors(sigma: float, seed: int, ranks, counts) -> np.ndarray:
