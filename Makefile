@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 kernels: $(STAMP)
-	$(PY) -m kernels.build
+	$(PY) -m sarlab.kernels.build
 
 run: $(STAMP)
 	$(VENV)/bin/sarlab demo

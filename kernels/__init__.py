@@ -1,15 +1,15 @@
 """sarlab kernels: shard SpMM, fused GAT attention (online softmax over CSR shards) and CSR max, in C++/OpenMP
-or torch, and a counting CPU allocator (:mod:`kernels.alloc`).
+or torch, and a counting CPU allocator (:mod:`sarlab.kernels.alloc`).
 
 Each op streams one CSR shard into a running state that shards merge into exactly, and has a backward that
-reads the final state: the engine (``sarlab.shards``, ``sarlab.nn.gat``, ``sarlab.aggregators``) calls them
+reads the final state: the engine (``sarlab.core.shards``, ``sarlab.nn.gat``, ``sarlab.core.aggregators``) calls them
 shard by shard.
-Their benchmark against PyG and DGL lives in ``real.kernel_bench``; this package depends on torch only.
+Their benchmark against PyG and DGL lives in ``sarlab.executor.bench.kernel_bench``; this package depends on torch only.
 
 Backend choice: the ``backend=`` argument of each op, else ``$SARLAB_KERNELS`` (cpp | torch | auto;
 default auto = cpp when the extension builds and loads, torch otherwise with a one-line warning).
 The extension is JIT-built with ninja for this CPU under ``<repo>/.build/kernels`` (``$SARLAB_KERNEL_BUILD_DIR``;
-see :mod:`kernels._loader`).
+see :mod:`sarlab.kernels._loader`).
 """
 
 from __future__ import annotations

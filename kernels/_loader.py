@@ -18,10 +18,14 @@ import fcntl
 import hashlib
 import os
 import platform
+import sys
 import threading
+import time
 import warnings
 from pathlib import Path
 from types import ModuleType
+
+from .cache import cache_path
 
 EXTENSION_NAME = "sarlab_kernels"
 CSRC_DIR = Path(__file__).resolve().parent / "csrc"
@@ -39,12 +43,12 @@ _warned = False
 def build_dir() -> Path:
     """Directory holding the compiled extension.
 
-    ``$SARLAB_KERNEL_BUILD_DIR`` when set, else ``<repo>/.build/kernels`` (next to the package).
+    ``$SARLAB_KERNEL_BUILD_DIR`` when set, else ``kernels/`` in the cache directory (:mod:`.cache`).
     """
     env = os.environ.get("SARLAB_KERNEL_BUILD_DIR")
     if env:
         return Path(env).expanduser().resolve()
-    return Path(__file__).resolve().parent.parent / ".build" / "kernels"
+    return cache_path("kernels")
 
 
 def cpu_key() -> str:
@@ -74,6 +78,15 @@ def variant_dir(arch_flags: list[str]) -> Path:
     return build_dir() / f"arch-{flags_key}-{cpu_key()}"
 
 
+def _is_built(directory: Path) -> bool:
+    """Whether ``directory`` holds an extension at least as new as every source file."""
+    built = directory / f"{EXTENSION_NAME}.so"
+    if not built.exists():
+        return False
+    newest = max((CSRC_DIR / name).stat().st_mtime for name in (*SOURCES, "kernels.h"))
+    return built.stat().st_mtime >= newest
+
+
 @contextlib.contextmanager
 def _build_turn(directory: Path):
     """Hold this directory's build ``flock``; remove torch's ``lock`` marker a dead builder left behind."""
@@ -96,6 +109,10 @@ def _load(arch_flags: list[str], verbose: bool) -> ModuleType:
     directory = variant_dir(arch_flags)
     directory.mkdir(parents=True, exist_ok=True)
     with _build_turn(directory):
+        started = None if _is_built(directory) else time.monotonic()
+        if started is not None:  # long first-time work says what it is doing
+            print(f"sarlab kernels: compiling the C++ extension into {directory} (first use; a minute or more)",
+                  file=sys.stderr, flush=True)
         module = load(
             name=EXTENSION_NAME,
             sources=[str(CSRC_DIR / name) for name in SOURCES],
@@ -105,6 +122,8 @@ def _load(arch_flags: list[str], verbose: bool) -> ModuleType:
             build_directory=str(directory),
             verbose=verbose,
         )
+        if started is not None:
+            print(f"sarlab kernels: built in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
     _loaded_from = directory
     return module
 

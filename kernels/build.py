@@ -1,4 +1,4 @@
-"""Build the C++ kernel extension: ``python -m kernels.build [--verbose]`` prints where and how long."""
+"""Build the C++ kernel extension: ``python -m sarlab.kernels.build [--verbose]`` prints where and how long."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from ._loader import build, build_dir, loaded_from
 
 def main(argv: list[str] | None = None) -> int:
     """Compile (or find up to date) the extension and print the time taken."""
-    parser = argparse.ArgumentParser(prog="python -m kernels.build", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m sarlab.kernels.build", description=__doc__)
     parser.add_argument("--verbose", action="store_true", help="show compiler commands and output")
     args = parser.parse_args(argv)
     print(f"building sarlab kernels in {build_dir()} ...", flush=True)

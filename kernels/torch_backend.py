@@ -157,7 +157,7 @@ def gat_forward_shard(
     max_edges: int | None = None,
     row: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    r"""Torch version of :func:`kernels.gat.gat_forward_shard` (the math is there): updates the online-softmax
+    r"""Torch version of :func:`sarlab.kernels.gat.gat_forward_shard` (the math is there): updates the online-softmax
     state (m, l, acc) in place with the edges of one shard and returns it.
 
     Destination rows stream in chunks of at most ``max_edges`` edges; per chunk the per-edge weights are
@@ -166,7 +166,7 @@ def gat_forward_shard(
     .. math:: [\Delta acc_i, \Delta l_i] = \sum_j e^{e_{ij} - m'_i} [z_j, 1]
 
     Args:
-        rowptr, col, s_dst, s_src, z_src, negative_slope: as in :func:`kernels.gat.gat_forward_shard`
+        rowptr, col, s_dst, s_src, z_src, negative_slope: as in :func:`sarlab.kernels.gat.gat_forward_shard`
             (z_src may be strided).
         m, l, acc: running state, [Nd,H], [Nd,H], [Nd,H,C].
         max_edges: edges per chunk (None: one chunk).
@@ -214,7 +214,7 @@ def gat_backward_shard(
     row: Tensor | None = None,
     transpose: tuple[Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    r"""Torch version of :func:`kernels.gat.gat_backward_shard` (the math is there): one shard's gradients wrt
+    r"""Torch version of :func:`sarlab.kernels.gat.gat_backward_shard` (the math is there): one shard's gradients wrt
     s_dst, s_src and z_src given the final softmax state.
 
     With :math:`\alpha_{ij}` recomputed per chunk and :math:`\lambda_{ij} = \mathrm{lrelu}'(p_{ij})`, the
@@ -230,7 +230,7 @@ def gat_backward_shard(
 
     Args:
         rowptr, col, s_dst, s_src, z_src, negative_slope, m, l, grad_out, delta: as in
-            :func:`kernels.gat.gat_backward_shard` (z_src may be strided).
+            :func:`sarlab.kernels.gat.gat_backward_shard` (z_src may be strided).
         out: optional accumulators ([Nd,H], [Ns,H], [Ns,H,C], may be strided views) the gradients are added
             into in place and returned.
         max_edges: edges per chunk, on either side (None: one chunk each).

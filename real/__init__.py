@@ -1,19 +1,8 @@
-"""The real executor: launching workers (or joining torchrun), experiments, measurements, the ``sarlab`` CLI.
+"""The executor (:mod:`sarlab.executor`): launching workers (or joining torchrun), the ``sarlab`` CLI, benchmarks,
+``reproduce``, ``profile`` and the calibration steps that run real processes.
 
-``real.run``, ``real.gradients`` and their results are the Python API (:mod:`real.api`). They are loaded on
-first use, so that ``import real`` and the command-line dispatcher stay free of torch, and so that
-``python -m real.worker`` (or :mod:`real.worker_entry`) does not import the worker module twice.
+The Python API (:func:`sarlab.run`, :func:`sarlab.gradients`) is :mod:`sarlab.executor.api`. Sub-packages:
+:mod:`~sarlab.executor.launch`, :mod:`~sarlab.executor.commands`, :mod:`~sarlab.executor.bench`,
+:mod:`~sarlab.executor.calibration`, :mod:`~sarlab.executor.reproduce`, :mod:`~sarlab.executor.profile`.
+May import everything else of sarlab; nothing imports it but the front door (lazily).
 """
-from __future__ import annotations
-
-import importlib
-
-_API = ("run", "gradients", "RunResult", "GradientResult")
-
-__all__ = list(_API)
-
-
-def __getattr__(name: str):
-    if name in _API:
-        return getattr(importlib.import_module(".api", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

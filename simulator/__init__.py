@@ -6,18 +6,18 @@ partition statistics (a partition's ``manifest.json`` or an estimate) and a mach
 real metric records. It never imports the engine's runtime.
 
 Entry points: :func:`simulate_epoch` (one configuration), :func:`simulate_sweep` (modes x models x
-workers as a metric-record DataFrame), :mod:`simulator.cli` (``sarlab calibrate`` / ``sarlab simulate``).
-The module map is in ``simulator/README.md``.
+workers as a metric-record DataFrame), :mod:`sarlab.executor.commands.simulate_cmd` (``sarlab calibrate`` / ``sarlab
+simulate``). The module map is in ``simulator/README.md``.
 """
 
-from simulator.epoch import simulate_epoch
-from simulator.model import ModelSpec, parse_model
-from simulator.profile import PRESETS, Profile, load_profile, save_profile
-from simulator.provenance import resolve_profile
-from simulator.result import EpochResult
-from simulator.runspec import RunSpec
-from simulator.sweep import simulate_sweep, summarize_sweep
-from simulator.workload import GRAPH_PRESETS, PartitionStats, estimate_partition, load_manifest
+from sarlab.simulator.hardware.profile import PRESETS, Profile, load_profile, save_profile
+from sarlab.simulator.hardware.provenance import resolve_profile
+from sarlab.simulator.studies.sweep import simulate_sweep, summarize_sweep
+from sarlab.simulator.system.epoch import simulate_epoch
+from sarlab.simulator.system.result import EpochResult
+from sarlab.simulator.system.runspec import RunSpec
+from sarlab.simulator.workload.model import ModelSpec, parse_model
+from sarlab.simulator.workload.workload import GRAPH_PRESETS, PartitionStats, estimate_partition, load_manifest
 
 __all__ = [
     "GRAPH_PRESETS",

@@ -23,14 +23,14 @@ def cora_path() -> str:
 
 @pytest.fixture(scope="session")
 def small_graph():
-    from sarlab.graphs import synthetic_graph
+    from sarlab.data.graphs import synthetic_graph
 
     return synthetic_graph(nodes=300, degree=6, features=12, classes=4, seed=3)
 
 
 def run_cli(args: list[str], timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``sarlab ARGS`` in a subprocess; on timeout, fail with whatever it printed."""
-    cmd = [sys.executable, "-m", "real.cli", *args]
+    cmd = [sys.executable, "-m", "sarlab", *args]
     full_env = dict(os.environ, **(env or {}))
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=full_env)

@@ -17,15 +17,15 @@ import torch
 from conftest import ROOT
 from torch import nn
 
-import real
-from sarlab.aggregators import Aggregation
-from sarlab.graphs import synthetic_graph
+from sarlab import executor as real
+from sarlab.core.aggregators import Aggregation
+from sarlab.core.records import RECORD_COLUMNS
+from sarlab.core.reference import ReferenceModel
+from sarlab.core.train import TrainConfig
+from sarlab.data.graphs import synthetic_graph
+from sarlab.data.partition import partition
+from sarlab.data.validate_data import InputError
 from sarlab.nn.model import GNN, ModelConfig
-from sarlab.partition import partition
-from sarlab.records import RECORD_COLUMNS
-from sarlab.reference import ReferenceModel
-from sarlab.train import TrainConfig
-from sarlab.validate_data import InputError
 
 RUN_TIMEOUT_S = 240  # the launcher stops the workers and raises WorkerError (with their traceback) after this
 
@@ -187,8 +187,8 @@ def test_script_without_main_guard_and_under_torchrun(graph, tmp_path):
         import os, sys, torch
         from torch import nn
         import real
-        from sarlab.aggregators import Aggregation
-        from sarlab.train import TrainConfig
+        from sarlab.core.aggregators import Aggregation
+        from sarlab.core.train import TrainConfig
 
         class Mean(nn.Module):
             def __init__(self, in_dim, num_classes):

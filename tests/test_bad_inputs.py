@@ -15,8 +15,8 @@ import pytest
 from conftest import run_cli
 from test_data_safety import _npz, _tree
 
-from sarlab.graphs import synthetic_graph
-from sarlab.partition import _sha256, manifest_digest, partition
+from sarlab.data.graphs import synthetic_graph
+from sarlab.data.partition import _sha256, manifest_digest, partition
 
 SYN = "synthetic:nodes=200,degree=4,features=6,classes=3,seed=1"
 TRAIN = ["train", "--epochs", "2", "--hidden", "8", "--eval-every", "0", "--workers", "2"]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from real import bench
-from real.bench import build_parser, config_from_args, parse_mode, ratios
-from sarlab.validate_data import InputError
+from sarlab.data.validate_data import InputError
+from sarlab.executor.bench import bench
+from sarlab.executor.bench.bench import build_parser, config_from_args, parse_mode, ratios
 
 
 @pytest.mark.parametrize(("spec", "expected"), [

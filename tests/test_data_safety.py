@@ -10,10 +10,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import sarlab.partition as sp
-from sarlab.config import EngineConfig
-from sarlab.graphs import load_graph, npz_graph, ogb_missing_files
-from sarlab.partition import (
+import sarlab.data.partition as sp
+from sarlab.core.config import EngineConfig
+from sarlab.core.train import TrainConfig
+from sarlab.data.graphs import load_graph, npz_graph, ogb_missing_files
+from sarlab.data.partition import (
     PartitionError,
     UnverifiedManifestWarning,
     check_partition,
@@ -22,8 +23,7 @@ from sarlab.partition import (
     manifest_digest,
     partition,
 )
-from sarlab.train import TrainConfig
-from sarlab.validate_data import InputError, check_graph
+from sarlab.data.validate_data import InputError, check_graph
 
 
 def _tree(path) -> dict:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from real.verify import format_table, verify
-from sarlab.config import EngineConfig
-from sarlab.graphs import load_graph, synthetic_graph
+from sarlab.core.config import EngineConfig
+from sarlab.data.graphs import load_graph, synthetic_graph
+from sarlab.executor.commands.verify import format_table, verify
 from sarlab.nn.model import ModelConfig
 
 MODELS = [("gcn", "mean"), ("sage", "mean"), ("sage", "max"), ("sage", "pool")]
@@ -69,7 +69,7 @@ def test_eight_workers(graph):
 
 def test_verify_detects_a_wrong_gradient(graph, monkeypatch):
     """The comparison is not vacuous: perturb one reference gradient and it must fail."""
-    from real import verify as verify_mod
+    from sarlab.executor.commands import verify as verify_mod
 
     real_reference = verify_mod.reference_step
 

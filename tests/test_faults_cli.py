@@ -14,8 +14,8 @@ import time
 import pytest
 from conftest import ROOT, run_cli
 
-from sarlab.graphs import synthetic_graph
-from sarlab.partition import partition
+from sarlab.data.graphs import synthetic_graph
+from sarlab.data.partition import partition
 
 TRAIN = ["train", "--epochs", "3", "--hidden", "8", "--eval-every", "0"]
 
@@ -133,7 +133,7 @@ def test_hung_worker_times_out(pdir):
 def _env_rank(rank: int, world: int, port: int, pdir: str, extra: list[str]) -> subprocess.Popen:
     env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
-    return subprocess.Popen([sys.executable, "-m", "real.cli", *TRAIN, "--graph", pdir, *extra], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, "-m", "sarlab", *TRAIN, "--graph", pdir, *extra], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -162,7 +162,7 @@ def test_peer_death_without_our_launcher_is_bounded(pdir):
 def test_torchrun_launch(pdir, tmp_path):
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     out = tmp_path / "records.json"
-    res = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "3", "-m", "real.cli", *TRAIN, "--graph",
+    res = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "3", "-m", "sarlab", *TRAIN, "--graph",
                           pdir, "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert res.returncode == 0, res.stdout + res.stderr
     import json

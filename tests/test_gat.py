@@ -6,16 +6,16 @@ import pytest
 import torch
 from torch_geometric.nn import GATConv as PyGGATConv
 
-import kernels
 import sarlab.nn.gat as gat_module
-from kernels import torch_backend
-from real.verify import format_table, verify
-from sarlab.aggregate import ShardAggregate
-from sarlab.config import EngineConfig
-from sarlab.graphs import Graph, synthetic_graph
+from sarlab import kernels
+from sarlab.core.aggregate import ShardAggregate
+from sarlab.core.config import EngineConfig
+from sarlab.core.shards import ShardedGraph
+from sarlab.data.graphs import Graph, synthetic_graph
+from sarlab.executor.commands.verify import format_table, verify
+from sarlab.kernels import torch_backend
 from sarlab.nn import GATConv
 from sarlab.nn.model import ModelConfig
-from sarlab.shards import ShardedGraph
 
 HEADS = (1, 2, 4, 8)
 

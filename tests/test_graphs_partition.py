@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from sarlab.graphs import load_graph, synthetic_graph
-from sarlab.partition import PartitionError, load_manifest, load_part, partition, report, verify_files
+from sarlab.data.graphs import load_graph, synthetic_graph
+from sarlab.data.partition import PartitionError, load_manifest, load_part, partition, report, verify_files
 
 
 def test_synthetic_is_deterministic_clean_and_homophilous():
@@ -104,7 +104,7 @@ def test_partition_corruption_and_missing_files(tmp_path, small_graph):
 
 
 def test_partition_write_is_atomic(tmp_path, small_graph, monkeypatch):
-    import sarlab.partition as sp
+    import sarlab.data.partition as sp
 
     pdir = tmp_path / "p"
     partition(small_graph, 2, str(pdir))
@@ -127,7 +127,7 @@ def _dgl_layout(g, num_parts: int, seed: int = 0):
     """The graph as DGL's partition_graph lays it out (built by hand, for where DGL does not import): nodes
     reshuffled so each part owns a range, per part a local graph of owned + halo nodes in scrambled local order,
     owned in-edges flagged ``inner_edge`` plus some foreign edges that are not, node data in range order."""
-    from sarlab.dgl_import import DGLPart
+    from sarlab.data.dgl_import import DGLPart
 
     rng = np.random.default_rng(seed)
     assignment = rng.integers(num_parts, size=g.num_nodes)
@@ -172,8 +172,8 @@ def _edge_keys(pdir: str, parts: int, n: int) -> np.ndarray:
 
 
 def test_dgl_conversion_of_a_handmade_layout(tmp_path, small_graph):
-    from sarlab.dgl_import import assemble
-    from sarlab.partition import write_partition
+    from sarlab.data.dgl_import import assemble
+    from sarlab.data.partition import write_partition
 
     g = small_graph
     config, parts, orig_nids, assignment = _dgl_layout(g, 3)
@@ -196,8 +196,8 @@ def test_dgl_conversion_of_a_handmade_layout(tmp_path, small_graph):
 _DGL_SCRIPT = """
 import sys
 import numpy as np, torch, dgl
-from sarlab.graphs import synthetic_graph
-from real.partition_cmd import main
+from sarlab.data.graphs import synthetic_graph
+from sarlab.executor.commands.partition_cmd import main
 g = synthetic_graph(nodes=300, degree=6, features=12, classes=4, seed=3)
 d = dgl.graph((torch.from_numpy(g.src), torch.from_numpy(g.dst)), num_nodes=g.num_nodes)
 d.ndata["feat"] = torch.from_numpy(g.features)

@@ -1,9 +1,9 @@
-"""real.kernel_roofline: the kernels' times set against the measured roofs, checked by hand."""
+"""sarlab.executor.bench.kernel_roofline: the kernels' times set against the measured roofs, checked by hand."""
 import pandas as pd
 import pytest
 
-from real.kernel_roofline import against_roofs, run_child
-from real.kernel_speed import SpeedConfig
+from sarlab.executor.bench.kernel_roofline import against_roofs, run_child
+from sarlab.executor.bench.kernel_speed import SpeedConfig
 
 
 def test_against_roofs_by_hand():
@@ -27,7 +27,8 @@ def test_against_roofs_by_hand():
 
 
 def test_roof_child_runs_in_a_fresh_process():
-    """The roof measurements run in a child of this tree (real.kernel_speed.run_json_child) and come back whole."""
+    """The roof measurements run in a child of this tree (sarlab.executor.bench.kernel_speed.run_json_child) and come
+    back whole."""
     roofs = run_child(SpeedConfig(nodes=200, edges=2000, channels=4, heads=(2,), timeout_s=300), 2)
     assert roofs["heads"] == 2
     assert roofs["sgemm_gflops"] > 0 and roofs["gather_GBps"] > 0 and roofs["spmm_ms"] > 0

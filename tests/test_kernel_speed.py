@@ -1,4 +1,5 @@
-"""Smoke test of ``python -m real.kernel_speed`` (this tree against itself on a tiny graph) and its graph."""
+"""Smoke test of ``python -m sarlab.executor.bench.kernel_speed`` (this tree against itself on a tiny graph) and its
+graph."""
 from __future__ import annotations
 
 import csv
@@ -9,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from real.kernel_speed import DEFAULT_OUT, TREE_ROOT, make_graph
+from sarlab.executor.bench.kernel_speed import DEFAULT_OUT, TREE_ROOT, make_graph
 
 
 @pytest.mark.parametrize("graph", ["skewed", "uniform"])
@@ -29,7 +30,8 @@ def test_graph_has_the_edges_asked_for_sorted_within_rows(graph):
 @pytest.mark.timeout(900)
 def test_command_writes_both_engines_and_ratios(tmp_path):
     out = tmp_path / "speed"
-    cmd = [sys.executable, "-m", "real.kernel_speed", "--base-root", TREE_ROOT, "--out", str(out), "--nodes", "300",
+    cmd = [sys.executable, "-m", "sarlab.executor.bench.kernel_speed", "--base-root", TREE_ROOT, "--out", str(out),
+           "--nodes", "300",
            "--edges", "3000", "--channels", "4", "--heads", "1,3", "--reps", "2", "--inner", "1"]
     try:
         done = subprocess.run(cmd, cwd=TREE_ROOT, capture_output=True, text=True, timeout=840)

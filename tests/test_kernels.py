@@ -1,5 +1,5 @@
 """Tests of kernels/: fused GAT attention and CSR max (C++ and torch backends) against independent references,
-and a smoke test of their benchmark (``real.kernel_bench``).
+and a smoke test of their benchmark (``sarlab.executor.bench.kernel_bench``).
 
 References: a dense [Nd,Ns] masked softmax written here with plain torch ops (autograd gives its
 gradients) and torch.scatter_reduce('amax') for the max aggregation. The kernels' forward and backward are
@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import kernels
-from kernels import _loader
-from real.kernel_bench import DEFAULT_OUT, build_parser
+from sarlab import kernels
+from sarlab.executor.bench.kernel_bench import DEFAULT_OUT, build_parser
+from sarlab.kernels import _loader
 
 BACKENDS = ("cpp", "torch")
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: dict(rtol=1e-10, atol=1e-10)}
@@ -466,7 +466,7 @@ def test_kernel_bench_quick_writes_outputs(tmp_path, cpp_built: bool) -> None:
     repo = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
     json_path = tmp_path / "k.json"
-    command = [sys.executable, "-m", "real.cli", "bench", "kernels", "--quick", "--out", str(tmp_path),
+    command = [sys.executable, "-m", "sarlab", "bench", "kernels", "--quick", "--out", str(tmp_path),
                "--json", str(json_path)]
     try:
         done = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=300)

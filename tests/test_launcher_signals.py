@@ -18,9 +18,9 @@ import time
 import pytest
 from conftest import ROOT
 
-from real import netns
-from sarlab.graphs import synthetic_graph
-from sarlab.partition import partition
+from sarlab.data.graphs import synthetic_graph
+from sarlab.data.partition import partition
+from sarlab.executor.launch import netns
 
 WHY_NO_NETWORK = ("needs root (network namespaces)" if os.geteuid() != 0 else
                   "needs ip and tc (iproute2)" if not (shutil.which("ip") and shutil.which("tc")) else None)
@@ -50,7 +50,7 @@ def processes_of(launcher_pid: int) -> list[int]:
 def _start(pdir: str, tmp_path, net: str) -> tuple[subprocess.Popen, str]:
     """A long `sarlab train` in a session of its own (as a shell runs a foreground job); returns once it trains."""
     log = str(tmp_path / "launcher.log")
-    cmd = [sys.executable, "-m", "real.cli", "train", "--graph", pdir, "--workers", "2", "--epochs", "1000000",
+    cmd = [sys.executable, "-m", "sarlab", "train", "--graph", pdir, "--workers", "2", "--epochs", "1000000",
            "--hidden", "8", "--eval-every", "0", "--timeout", "30", "--net", net]
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)

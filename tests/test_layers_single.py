@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 import torch
 
-from sarlab.aggregators import Aggregation
-from sarlab.config import EngineConfig
+from sarlab.core.aggregators import Aggregation
+from sarlab.core.config import EngineConfig
+from sarlab.core.reference import reference_step
+from sarlab.core.shards import ShardedGraph
 from sarlab.nn import DistBatchNorm, GATConv, GCNConv, SAGEConv
 from sarlab.nn.functional import dropout_by_id, uniform_by_id
 from sarlab.nn.model import GNN, ModelConfig
-from sarlab.reference import reference_step
-from sarlab.shards import ShardedGraph
 
 
 def _single(g):
@@ -131,7 +131,7 @@ def test_batchnorm_matches_torch(small_graph):
 def test_shard_spmm_accumulates_in_place_without_autograd():
     """``Shard.spmm(out=...)`` adds A @ x into ``out`` in place when no gradient is recorded (sar's forward
     streams shards into one buffer) and out of place under autograd; both equal a dense numpy product."""
-    from sarlab.shards import Shard
+    from sarlab.core.shards import Shard
 
     rng = np.random.default_rng(3)
     src, dst = rng.integers(0, 7, 40), rng.integers(0, 5, 40)

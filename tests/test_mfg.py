@@ -10,19 +10,19 @@ import pytest
 import torch
 from conftest import run_cli
 
-from real.jobs import Job
-from real.launcher import launch
-from sarlab.comm import Comm
-from sarlab.config import EngineConfig
-from sarlab.graphs import synthetic_graph
-from sarlab.hetero import hetero_graph
-from sarlab.mfg import PrunedGraph
+from sarlab.core.comm import Comm
+from sarlab.core.config import EngineConfig
+from sarlab.core.reference import reference_step
+from sarlab.core.shards import ShardedGraph
+from sarlab.core.train import DTYPES, TrainConfig, Trainer
+from sarlab.data.graphs import synthetic_graph
+from sarlab.data.hetero import hetero_graph
+from sarlab.data.partition import load_part, partition
+from sarlab.data.validate_data import InputError
+from sarlab.executor.launch.jobs import Job
+from sarlab.executor.launch.launcher import launch
 from sarlab.nn.model import GNN, ModelConfig
-from sarlab.partition import load_part, partition
-from sarlab.reference import reference_step
-from sarlab.shards import ShardedGraph
-from sarlab.train import DTYPES, TrainConfig, Trainer
-from sarlab.validate_data import InputError
+from sarlab.strategies.mfg import PrunedGraph
 
 
 def _bfs_levels(src: np.ndarray, dst: np.ndarray, seeds: np.ndarray, layers: int) -> list[np.ndarray]:

@@ -16,16 +16,17 @@ import pytest
 import torch
 from conftest import ROOT, run_cli
 
-from real import netbench, netns
-from real.jobs import Job
-from real.launcher import launch
-from real.lifecycle import pid_alive
-from real.netspec import NetSpec
-from sarlab.config import EngineConfig
-from sarlab.graphs import synthetic_graph
+from sarlab.core.config import EngineConfig
+from sarlab.core.train import TrainConfig
+from sarlab.data.graphs import synthetic_graph
+from sarlab.data.partition import partition
+from sarlab.executor.bench import netbench
+from sarlab.executor.launch import netns
+from sarlab.executor.launch.jobs import Job
+from sarlab.executor.launch.launcher import launch
+from sarlab.executor.launch.lifecycle import pid_alive
+from sarlab.executor.launch.netspec import NetSpec
 from sarlab.nn.model import ModelConfig
-from sarlab.partition import partition
-from sarlab.train import TrainConfig
 
 
 def _why_no_network() -> str | None:
@@ -102,11 +103,12 @@ def test_clear_error_when_not_root():
         pytest.skip("needs setpriv (util-linux) to drop root")
     drop = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable]
     env = dict(os.environ, HOME="/tmp")
-    probe = subprocess.run([*drop, "-c", "import real.cli"], capture_output=True, text=True, timeout=120, cwd=ROOT,
+    probe = subprocess.run([*drop, "-c", "import sarlab.executor.commands.cli"], capture_output=True, text=True,
+                            timeout=120, cwd=ROOT,
                            env=env)
     if probe.returncode != 0:  # e.g. a checkout under a 0700 directory: nobody cannot even import the code
         pytest.skip(f"an unprivileged user cannot run this checkout: {probe.stderr.strip().splitlines()[-1:]}")
-    cmd = [*drop, "-m", "real.cli", "train", "--graph", "synthetic:nodes=50", "--net", "veth:rate=10mbit"]
+    cmd = [*drop, "-m", "sarlab", "train", "--graph", "synthetic:nodes=50", "--net", "veth:rate=10mbit"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
     assert res.returncode != 0 and "--net veth needs root" in res.stderr, res.stdout + res.stderr
 
@@ -262,7 +264,7 @@ def test_torchrun_across_two_emulated_hosts_matches_the_launcher(parts, tmp_path
             cmd = [*network.command(h), torchrun, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
                    "--rdzv-endpoint", f"{network.address(0)}:29400", "--rdzv-id", "sarlab-test",
                    "--local-addr", network.address(h), "--rdzv-conf", f"is_host={int(h == 0)}",
-                   "-m", "real.cli", *args, "--json", str(outs[h])]
+                   "-m", "sarlab", *args, "--json", str(outs[h])]
             procs.append(subprocess.Popen(cmd, cwd=ROOT, env=dict(os.environ, GLOO_SOCKET_IFNAME=netns.IFNAME),
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
         logs = []

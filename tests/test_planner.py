@@ -15,7 +15,7 @@ GRAPH = "synthetic:nodes=3000,degree=8,features=16,classes=4,seed=0"
 
 
 def run_plan(*args: str, cwd: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "real.cli", "plan", "--graph", GRAPH, "--model", "sage", "--epochs", "20",
+    cmd = [sys.executable, "-m", "sarlab", "plan", "--graph", GRAPH, "--model", "sage", "--epochs", "20",
            "--max-workers", "2", "--fanouts", "5,5", "--batch-size", "256", *args]
     env = {**os.environ, "PYTHONPATH": ROOT}
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)

@@ -1,5 +1,5 @@
 """``sarlab profile``: memray captures per rank, flamegraphs, summaries and a report whose categories add up;
-memory filed by the engine's phase tags (sarlab.phases), whatever the tagged functions are called."""
+memory filed by the engine's phase tags (sarlab.core.phases), whatever the tagged functions are called."""
 from __future__ import annotations
 
 import fnmatch
@@ -16,8 +16,8 @@ import memray
 import pytest
 import torch
 
-from real.profile import main, parse_modes
-from real.profile_attribution import (
+from sarlab.core import phases
+from sarlab.executor.profile.attribution import (
     CATEGORIES,
     FALLBACK_RULES,
     HEADING_OF_TAG,
@@ -31,21 +31,22 @@ from real.profile_attribution import (
     site_of,
     tag_of,
 )
-from sarlab import phases
+from sarlab.executor.profile.command import main, parse_modes
 
 GRAPH = "synthetic:nodes=1500,degree=8,features=16,classes=4"
 MODES = ("sar", "oneshot")
 WORKERS = 2
 MIB = 1 << 20
 SLACK = 64 << 10  # bytes memray books beside a tensor's storage at the same line (the Python objects)
-# What each engine phase allocates, written down independently of real/profile_attribution.py's table.
+# What each engine phase allocates, written down independently of real/profile/attribution.py's table.
 EXPECTED_HEADING = {"aggregation": "local activations", "remote_rows": "remote rows", "halo_exchange": "remote rows",
                     "aggregation_backward": "gradients", "rematerialization": "gradients",
                     "gradient_return": "gradients", "graph_structure": "graph structure"}
 
 
 def _profile(out_dir: str, json_path: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "real.profile", "--graph", GRAPH, "--workers", str(WORKERS), "--modes",
+    cmd = [sys.executable, "-m", "sarlab.executor.profile.command", "--graph", GRAPH, "--workers", str(WORKERS),
+           "--modes",
            ",".join(MODES), "--model", "sage", "--layers", "2", "--hidden", "32", "--epochs", "1",
            "--out", out_dir, "--json", json_path]
     try:
@@ -244,24 +245,25 @@ def test_every_tag_has_one_heading():
 # --- stacks -> headings ----------------------------------------------------------------------------
 
 def _tag(tag: str) -> Frame:
-    return Frame("sarlab/phases.py", phases.FRAME_PREFIX + tag, 60)
+    return Frame("sarlab/core/phases.py", phases.FRAME_PREFIX + tag, 60)
 
 
 def test_classify_files_stacks_by_the_innermost_tag_or_fallback_rule():
-    forward = [Frame("sarlab/nn/model.py", "GNN.forward", 89), Frame("sarlab/train.py", "Trainer.forward_backward", 64)]
+    forward = [Frame("sarlab/nn/model.py", "GNN.forward", 89),
+               Frame("sarlab/core/train.py", "Trainer.forward_backward", 64)]
     backward = [_tag("aggregation_backward"), Frame("torch/autograd/function.py", "apply", 307),
                 Frame("torch/autograd/graph.py", "_engine_run_backward", 979),
                 Frame("torch/autograd/__init__.py", "grad", 503),
-                Frame("sarlab/train.py", "Trainer.forward_backward", 68)]
-    any_name = Frame("sarlab/aggregate.py", "whatever_it_is_called", 40)
+                Frame("sarlab/core/train.py", "Trainer.forward_backward", 68)]
+    any_name = Frame("sarlab/core/aggregate.py", "whatever_it_is_called", 40)
     assert classify([any_name, _tag("remote_rows"), _tag("aggregation")] + forward) == "remote rows"
     assert tag_of([any_name, _tag("remote_rows"), _tag("aggregation")] + forward) == "remote_rows"
     assert classify([any_name, _tag("halo_exchange")] + forward) == "remote rows"
     assert classify([any_name, _tag("aggregation")] + forward) == "local activations"
     assert classify([any_name, _tag("remote_rows")] + backward) == "remote rows"  # re-fetch in the backward
     assert classify([any_name, _tag("rematerialization")] + backward) == "gradients"
-    assert classify([Frame("sarlab/shards.py", "Shard.matrix", 55), _tag("graph_structure"),
-                     Frame("sarlab/shards.py", "Shard.spmm", 72)] + backward) == "graph structure"
+    assert classify([Frame("sarlab/core/shards.py", "Shard.matrix", 55), _tag("graph_structure"),
+                     Frame("sarlab/core/shards.py", "Shard.spmm", 72)] + backward) == "graph structure"
     # code without tags: fallback rules, innermost first, before any outer tag
     attention = Frame("sarlab/nn/gat.py", "AttentionAggregation._accumulate_autograd", 75)
     assert classify([attention, _tag("aggregation")] + forward) == "attention tensors"
@@ -272,11 +274,11 @@ def test_classify_files_stacks_by_the_innermost_tag_or_fallback_rule():
     assert classify(imported) == "other"
     # untagged frames of the layers and the loss, then everything else
     assert classify(forward) == "local activations"
-    assert classify([Frame("sarlab/train.py", "Trainer.accuracy", 84)]) == "other"
+    assert classify([Frame("sarlab/core/train.py", "Trainer.accuracy", 84)]) == "other"
     assert classify([]) == "other" and tag_of([]) == UNTAGGED
     location, callers = site_of([any_name, _tag("remote_rows")] + forward)
-    assert location.startswith("sarlab/aggregate.py:40") and callers[0] == "GNN.forward:89"
-    assert site_of([imported[0], any_name])[0].startswith("import in sarlab/aggregate.py:40")
+    assert location.startswith("sarlab/core/aggregate.py:40") and callers[0] == "GNN.forward:89"
+    assert site_of([imported[0], any_name])[0].startswith("import in sarlab/core/aggregate.py:40")
 
 
 def test_bad_modes_fail_with_a_message(capsys, tmp_path):

@@ -12,21 +12,21 @@ import pytest
 import torch
 from conftest import run_cli
 
-from real.jobs import Job
-from real.launcher import launch
-from real.verify import compare, format_table
-from sarlab.checkpoint import load_model
-from sarlab.config import EngineConfig
-from sarlab.graphs import load_graph, synthetic_graph
-from sarlab.hetero import MAG_NODES, NODE_TYPES, RELATIONS, hetero_graph
+from sarlab.core.checkpoint import load_model
+from sarlab.core.config import EngineConfig
+from sarlab.core.reference import reference_step
+from sarlab.core.shards import ShardedGraph
+from sarlab.core.train import DTYPES, TrainConfig
+from sarlab.data.graphs import load_graph, synthetic_graph
+from sarlab.data.hetero import MAG_NODES, NODE_TYPES, RELATIONS, hetero_graph
+from sarlab.data.partition import check_partition, load_manifest, load_part, partition
+from sarlab.data.validate_data import InputError, check_graph, check_manifest_fields, check_part_arrays
+from sarlab.executor.commands.verify import compare, format_table
+from sarlab.executor.launch.jobs import Job
+from sarlab.executor.launch.launcher import launch
 from sarlab.nn import RGCNConv
 from sarlab.nn.model import GNN, ModelConfig
 from sarlab.nn.rgcn import EdgeRelationalAggregation, inverse_relation_degree
-from sarlab.partition import check_partition, load_manifest, load_part, partition
-from sarlab.reference import reference_step
-from sarlab.shards import ShardedGraph
-from sarlab.train import DTYPES, TrainConfig
-from sarlab.validate_data import InputError, check_graph, check_manifest_fields, check_part_arrays
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +162,7 @@ def test_rgcn_layer_matches_pyg(mag, dtype, tol, bases, fused, block, monkeypatc
     from torch_geometric.nn import FastRGCNConv
     from torch_geometric.nn import RGCNConv as PygRGCNConv
 
-    monkeypatch.setattr("sarlab.shards.RELATION_BLOCK_ROWS", block)
+    monkeypatch.setattr("sarlab.core.shards.RELATION_BLOCK_ROWS", block)
     monkeypatch.setattr("sarlab.nn.rgcn.EDGE_CHUNK", 50 if block == 7 else 1 << 15)
 
     graph = ShardedGraph.single(mag.src, mag.dst, mag.num_nodes, EngineConfig(fused=fused), mag.edge_type,

@@ -6,14 +6,14 @@ import math
 
 import pytest
 
-import real
-from real.options import sampling_config
-from real.train_cmd import build_parser
-from sarlab.config import SamplingConfig
-from sarlab.graphs import synthetic_graph
+from sarlab import executor as real
+from sarlab.core.config import SamplingConfig
+from sarlab.core.train import TrainConfig
+from sarlab.data.graphs import synthetic_graph
+from sarlab.data.validate_data import InputError
+from sarlab.executor.commands.options import sampling_config
+from sarlab.executor.commands.train_cmd import build_parser
 from sarlab.nn.model import ModelConfig
-from sarlab.train import TrainConfig
-from sarlab.validate_data import InputError
 
 
 def test_round_batches_is_validated_and_defaults_to_the_epoch():

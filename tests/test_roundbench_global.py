@@ -1,5 +1,6 @@
-"""simulator.roundbench's global rounds (the SAR library's round: one exchange with every peer) on loopback ranks,
-and the simulator's round model of its patterns (simulator.roundmodel) against hand-computed pass times."""
+"""sarlab.executor.calibration.roundbench's global rounds (the SAR library's round: one exchange with every peer) on
+loopback ranks, and the simulator's round model of its patterns (sarlab.simulator.network.roundmodel) against
+hand-computed pass times."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from dataclasses import replace
 import pytest
 from test_simulator_fixtures import hand_profile
 
-from simulator.profile import Link
-from simulator.roundbench import fit_shared_efficiency, measure, summarize
-from simulator.roundmodel import model_pass, pass_bytes
+from sarlab.executor.calibration.roundbench import fit_shared_efficiency, measure, summarize
+from sarlab.simulator.hardware.profile import Link
+from sarlab.simulator.network.roundmodel import model_pass, pass_bytes
 
 NBYTES = 400  # 100 fp32 elements per message
 

@@ -11,12 +11,12 @@ import pytest
 import torch
 from torch_geometric.nn import SAGEConv as PyGSAGEConv
 
-import kernels
-from kernels import torch_backend
-from sarlab.aggregators import Aggregation
-from sarlab.config import EngineConfig
+from sarlab import kernels
+from sarlab.core.aggregators import Aggregation
+from sarlab.core.config import EngineConfig
+from sarlab.core.shards import Shard, ShardedGraph
+from sarlab.kernels import torch_backend
 from sarlab.nn import SAGEConv
-from sarlab.shards import Shard, ShardedGraph
 
 BACKENDS = ("cpp", "torch")
 

@@ -1,9 +1,10 @@
-"""Mini-batch training with distributed neighbour sampling (``sarlab.sampling``, ``sarlab.minibatch``).
+"""Mini-batch training with distributed neighbour sampling (``sarlab.strategies.sampling``,
+``sarlab.strategies.minibatch``).
 
 References are independent of the code under test: PyG's layers with the same weights on the whole graph (fan-out
 ``all``) or on the sampled blocks rebuilt from the edges the workers report, counts over the graph's edge list,
-numpy's bit packing, and a plain-Python sampler written from the semantics in :mod:`sarlab.sampling` (its hash,
-Floyd's draws over each node's in-edges by source id, the blocks a batch gets hop by hop).
+numpy's bit packing, and a plain-Python sampler written from the semantics in :mod:`sarlab.strategies.sampling` (its
+hash, Floyd's draws over each node's in-edges by source id, the blocks a batch gets hop by hop).
 Multi-worker cases run real gloo processes.
 """
 from __future__ import annotations
@@ -19,18 +20,18 @@ import torch
 import torch.distributed as dist
 from conftest import run_cli, spawn_ranks
 
-from sarlab.comm import Comm
-from sarlab.config import ALL_NEIGHBOURS, EngineConfig, SamplingConfig, parse_fanouts
-from sarlab.graphs import synthetic_graph
-from sarlab.minibatch import MiniBatchTrainer
+from sarlab.core.comm import Comm
+from sarlab.core.config import ALL_NEIGHBOURS, EngineConfig, SamplingConfig, parse_fanouts
+from sarlab.core.reference import ReferenceModel, reference_step
+from sarlab.core.shards import ShardedGraph
+from sarlab.core.train import TrainConfig
+from sarlab.data.graphs import synthetic_graph
+from sarlab.data.partition import load_manifest, load_part, partition
+from sarlab.data.validate_data import InputError
 from sarlab.nn.functional import dropout_by_id
 from sarlab.nn.model import GNN, ModelConfig
-from sarlab.partition import load_manifest, load_part, partition
-from sarlab.reference import ReferenceModel, reference_step
-from sarlab.sampling import GraphStore, pack_mask, unpack_mask
-from sarlab.shards import ShardedGraph
-from sarlab.train import TrainConfig
-from sarlab.validate_data import InputError
+from sarlab.strategies.minibatch import MiniBatchTrainer
+from sarlab.strategies.sampling import GraphStore, pack_mask, unpack_mask
 
 MODELS = (("gcn", "mean"), ("sage", "mean"), ("sage", "max"), ("gat", "mean"))
 STEP_KEY = 7  # the dropout key of the checked step

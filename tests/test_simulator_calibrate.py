@@ -10,21 +10,21 @@ import numpy as np
 import pytest
 from test_simulator_fixtures import hand_profile
 
-import simulator.calibrate as calibrate_module
-import simulator.probe as probe_module
-from real.bench import _Prober
-from simulator.calibration import Findings
-from simulator.cli import calibrate_main, simulate_main
-from simulator.epoch import simulate_epoch
-from simulator.fitting import fit_scale_curve, share_eta, thread_eta
-from simulator.hostbench import bench_first_use
-from simulator.model import ModelSpec
-from simulator.plausibility import implausible_compute_scale, implausible_thread_effs
-from simulator.profile import OpCost, icelake_hdr200, load_profile, reference_laptop
-from simulator.provenance import plausibility_warnings, shipped_profiles
-from simulator.runspec import RunSpec
-from simulator.spread import barrier_loss
-from simulator.workload import estimate_partition
+import sarlab.executor.calibration.calibrate as calibrate_module
+import sarlab.simulator.calibration.probe as probe_module
+from sarlab.executor.bench.bench import _Prober
+from sarlab.executor.commands.simulate_cmd import calibrate_main, simulate_main
+from sarlab.simulator.calibration.calibration import Findings
+from sarlab.simulator.calibration.fitting import fit_scale_curve, share_eta, thread_eta
+from sarlab.simulator.calibration.hostbench import bench_first_use
+from sarlab.simulator.hardware.plausibility import implausible_compute_scale, implausible_thread_effs
+from sarlab.simulator.hardware.profile import OpCost, icelake_hdr200, load_profile, reference_laptop
+from sarlab.simulator.hardware.provenance import plausibility_warnings, shipped_profiles
+from sarlab.simulator.system.epoch import simulate_epoch
+from sarlab.simulator.system.runspec import RunSpec
+from sarlab.simulator.system.spread import barrier_loss
+from sarlab.simulator.workload.model import ModelSpec
+from sarlab.simulator.workload.workload import estimate_partition
 
 
 def test_calibrate_quick(tmp_path):

@@ -8,17 +8,17 @@ from dataclasses import replace
 import pytest
 import torch
 
-import kernels
-import simulator.calibrate as calibrate_module
-import simulator.engine_runs as engine_runs
-import simulator.gatbench as gatbench
-import simulator.opbench as opbench
+import sarlab.executor.calibration.calibrate as calibrate_module
+import sarlab.simulator.calibration.engine_runs as engine_runs
+import sarlab.simulator.calibration.gatbench as gatbench
+import sarlab.simulator.calibration.opbench as opbench
+from sarlab import kernels
+from sarlab.core.shards import Shard
+from sarlab.executor.commands.simulate_cmd import calibrate_main
 from sarlab.nn.gat import AttentionAggregation
-from sarlab.shards import Shard
-from simulator.calibration import Calibration, Findings
-from simulator.cli import calibrate_main
-from simulator.plausibility import implausible_compute_scale
-from simulator.profile import load_profile, reference_laptop
+from sarlab.simulator.calibration.calibration import Calibration, Findings
+from sarlab.simulator.hardware.plausibility import implausible_compute_scale
+from sarlab.simulator.hardware.profile import load_profile, reference_laptop
 
 QUICK = Calibration(quick=True, log=lambda line: None)
 #: hand-picked rates: seconds per call o + w / r + v / r_row, backward 1.5x the forward
@@ -74,7 +74,7 @@ def test_spmm_benchmark_times_shard_spmm_and_fits_it_by_hand(monkeypatch):
         expected += [(n, False, True), (n, True, True)] + ([(n, True, False)] if n * f >= 100_000 else [])
     assert calls == expected
     assert found.raw["spmm"]["backend"] == kernels.backend()
-    assert found.raw["spmm"]["entry"] == "sarlab.shards.Shard.spmm"
+    assert found.raw["spmm"]["entry"] == "sarlab.core.shards.Shard.spmm"
     assert any("Shard.spmm" in note for note in found.notes)
 
 

@@ -13,19 +13,19 @@ import pandas as pd
 import pytest
 from test_simulator_fixtures import hand_profile, probe_records, run1, two_parts, write_manifest
 
-import real.options as real_options
-from sarlab.machine import cpu_model, usable_cores
-from sarlab.records import RECORD_COLUMNS
-from simulator.cli import MODEL_DEFAULTS, base_model, simulate_main, simulate_parser
-from simulator.epoch import simulate_epoch
-from simulator.measured import machine_mismatch, read_records, summarize_measured, with_defaults
-from simulator.model import ModelSpec, parse_model
-from simulator.probe import PROBE_MODEL
-from simulator.profile import save_profile
-from simulator.provenance import DEFAULT_PROFILE, PROFILES_DIR, resolve_profile, shipped_profiles
-from simulator.runspec import RunSpec
-from simulator.validate import validate
-from simulator.workload import estimate_partition
+import sarlab.executor.commands.options as real_options
+from sarlab.core.machine import cpu_model, usable_cores
+from sarlab.core.records import RECORD_COLUMNS
+from sarlab.executor.commands.simulate_cmd import MODEL_DEFAULTS, base_model, simulate_main, simulate_parser
+from sarlab.simulator.calibration.probe import PROBE_MODEL
+from sarlab.simulator.hardware.profile import save_profile
+from sarlab.simulator.hardware.provenance import DEFAULT_PROFILE, PROFILES_DIR, resolve_profile, shipped_profiles
+from sarlab.simulator.studies.measured import machine_mismatch, read_records, summarize_measured, with_defaults
+from sarlab.simulator.studies.validate import validate
+from sarlab.simulator.system.epoch import simulate_epoch
+from sarlab.simulator.system.runspec import RunSpec
+from sarlab.simulator.workload.model import ModelSpec, parse_model
+from sarlab.simulator.workload.workload import estimate_partition
 
 TINY = "estimate:nodes=2000,edges=20000,features=8,classes=4"
 

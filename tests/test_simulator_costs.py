@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from test_simulator_fixtures import INF, hand_profile, run1, two_parts
 
-from simulator.costs import allreduce_seconds
-from simulator.fitting import fit_message_costs
-from simulator.jitter import jitter_delays
-from simulator.model import ModelSpec
-from simulator.profile import Profile
-from simulator.workload import PartitionStats
+from sarlab.simulator.calibration.fitting import fit_message_costs
+from sarlab.simulator.hardware.profile import Profile
+from sarlab.simulator.system.costs import allreduce_seconds
+from sarlab.simulator.system.jitter import jitter_delays
+from sarlab.simulator.workload.model import ModelSpec
+from sarlab.simulator.workload.workload import PartitionStats
 
 EXECUTORS = ["events", "lockstep"]
 GCN1 = ModelSpec("gcn", layers=1, hidden=4, batchnorm=False, dropout=0.0)

@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pandas as pd
 
-from simulator.epoch import simulate_epoch
-from simulator.profile import Link, OpCost, Profile
-from simulator.runspec import RunSpec
-from simulator.workload import PartitionStats
+from sarlab.simulator.hardware.profile import Link, OpCost, Profile
+from sarlab.simulator.system.epoch import simulate_epoch
+from sarlab.simulator.system.runspec import RunSpec
+from sarlab.simulator.workload.workload import PartitionStats
 
 INF = float("inf")
 

@@ -14,9 +14,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from sarlab.nn.gat import GATConv
-from simulator.layers import LayerPlan, layer_plans
-from simulator.model import ModelSpec
-from simulator.ops import Op
+from sarlab.simulator.workload.layers import LayerPlan, layer_plans
+from sarlab.simulator.workload.model import ModelSpec
+from sarlab.simulator.workload.ops import Op
 
 B = 4
 N_ROWS, F_IN, H, C, CLASSES = 10, 5, 2, 3, 4

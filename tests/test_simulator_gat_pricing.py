@@ -1,9 +1,9 @@
 """GAT's priced ops and per-shard temporaries, by hand from what the engine runs, and the compute-scale warning.
 
-The op lists follow what :mod:`simulator.gatbench` times (``AttentionAggregation.accumulate`` / ``shard_vjp``, the
-whole of them) and what the engine runs outside those calls (``finalize``; ``SequentialAggregate.backward``'s
-zeroed gradients). The temporaries are inventories of the tensors ``kernels/torch_backend.py`` and the fused path
-hold at their peak, written out tensor by tensor.
+The op lists follow what :mod:`sarlab.simulator.calibration.gatbench` times (``AttentionAggregation.accumulate`` /
+``shard_vjp``, the whole of them) and what the engine runs outside those calls (``finalize``;
+``SequentialAggregate.backward``'s zeroed gradients). The temporaries are inventories of the tensors
+``kernels/torch_backend.py`` and the fused path hold at their peak, written out tensor by tensor.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from dataclasses import replace
 import pytest
 from test_simulator_fixtures import hand_profile
 
-from simulator.layer_memory import shard_bwd_transient_bytes, shard_transient_bytes
-from simulator.layers import LayerPlan, layer_plans
-from simulator.model import ModelSpec
-from simulator.ops import UNFUSED_CHUNK_EDGES, Op
-from simulator.provenance import plausibility_warnings
+from sarlab.simulator.hardware.provenance import plausibility_warnings
+from sarlab.simulator.workload.layer_memory import shard_bwd_transient_bytes, shard_transient_bytes
+from sarlab.simulator.workload.layers import LayerPlan, layer_plans
+from sarlab.simulator.workload.model import ModelSpec
+from sarlab.simulator.workload.ops import UNFUSED_CHUNK_EDGES, Op
 
 # one shard: 6 edges into n = 4 rows from 4 source rows; layer 0 of a 2-head GAT of 8 hidden channels (C = 4)
 E, N, NS, H, C, B = 6, 4, 4, 2, 4, 4

@@ -15,14 +15,14 @@ import pandas as pd
 import pytest
 from test_simulator_fixtures import hand_profile, two_parts
 
-from simulator.epoch import simulate_epoch
-from simulator.layers import LayerPlan, layer_plans
-from simulator.model import ModelSpec, parse_model
-from simulator.ops import Op
-from simulator.pricing import EpochPricing
-from simulator.profile import OpCost
-from simulator.replay import model_for
-from simulator.runspec import RunSpec, resolve_placement
+from sarlab.simulator.hardware.profile import OpCost
+from sarlab.simulator.system.epoch import simulate_epoch
+from sarlab.simulator.system.pricing import EpochPricing
+from sarlab.simulator.system.replay import model_for
+from sarlab.simulator.system.runspec import RunSpec, resolve_placement
+from sarlab.simulator.workload.layers import LayerPlan, layer_plans
+from sarlab.simulator.workload.model import ModelSpec, parse_model
+from sarlab.simulator.workload.ops import Op
 
 B = 4
 INF = float("inf")
@@ -200,9 +200,9 @@ def test_parse_model_keeps_self_loops_of_the_base():
 def test_sampled_steps_price_the_self_loops_on_each_blocks_destination_rows():
     """`--mode sampling` prices GAT's self-loop terms per sampled block: with self loops, one step's elementwise
     bytes grow by the hand counts above on each layer's destination rows (fused GAT: the plain self_vjp)."""
-    from simulator.sampled_sizes import SampledSizes
-    from simulator.sampling_model import step_ops
-    from simulator.workload import estimate_partition
+    from sarlab.simulator.strategies.sampling_model import step_ops
+    from sarlab.simulator.workload.sampled_sizes import SampledSizes
+    from sarlab.simulator.workload.workload import estimate_partition
 
     stats = estimate_partition(1000, 8000, 2, 5, 3)
     sizes = SampledSizes(rows=np.array([400.0, 120.0, 30.0]), edges=np.array([900.0, 200.0]),
@@ -223,7 +223,7 @@ def test_sampled_steps_price_the_self_loops_on_each_blocks_destination_rows():
 def test_validation_keeps_the_records_self_loops_apart():
     """Records of the same GAT configuration with and without self loops are two configurations after
     summarize_measured, each priced with its own flag; records without the column mean the engine's default."""
-    from simulator.measured import summarize_measured, with_defaults
+    from sarlab.simulator.studies.measured import summarize_measured, with_defaults
 
     base = dict(mode="sar", model="gat", workers=1, rank=0, epoch_time_s=1.0, compute_s=1.0, comm_wait_s=0.0,
                 peak_mem_bytes=2e6, baseline_mem_bytes=1e6, num_nodes=100, num_edges=400, feature_dim=5,

@@ -12,18 +12,18 @@ import simpy
 from test_simulator_fixtures import INF, hand_profile, run1, two_parts, write_manifest
 
 from sarlab.nn import gat
-from simulator.costs import CostModel, allreduce_seconds
-from simulator.epoch import predicted_peak, simulate_epoch
-from simulator.fitting import fit_cache
-from simulator.layer_memory import layer_memory, shard_bwd_transient_bytes, shard_transient_bytes
-from simulator.layers import activation_bytes, layer_plans
-from simulator.model import ModelSpec, parse_model
-from simulator.network import SharedCores
-from simulator.ops import UNFUSED_CHUNK_EDGES, Op
-from simulator.pricing import EpochPricing
-from simulator.profile import Link, OpCost, Profile, icelake_hdr200, load_profile, save_profile
-from simulator.runspec import RunSpec, resolve_placement
-from simulator.workload import (
+from sarlab.simulator.calibration.fitting import fit_cache
+from sarlab.simulator.hardware.profile import Link, OpCost, Profile, icelake_hdr200, load_profile, save_profile
+from sarlab.simulator.network.network import SharedCores
+from sarlab.simulator.system.costs import CostModel, allreduce_seconds
+from sarlab.simulator.system.epoch import predicted_peak, simulate_epoch
+from sarlab.simulator.system.pricing import EpochPricing
+from sarlab.simulator.system.runspec import RunSpec, resolve_placement
+from sarlab.simulator.workload.layer_memory import layer_memory, shard_bwd_transient_bytes, shard_transient_bytes
+from sarlab.simulator.workload.layers import activation_bytes, layer_plans
+from sarlab.simulator.workload.model import ModelSpec, parse_model
+from sarlab.simulator.workload.ops import UNFUSED_CHUNK_EDGES, Op
+from sarlab.simulator.workload.workload import (
     GRAPH_PRESETS,
     PartitionStats,
     estimate_partition,

@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 from test_simulator_fixtures import INF, hand_profile
 
-from simulator.epoch import simulate_epoch
-from simulator.linkprofile import for_network, parse_net, read_link_profile
-from simulator.model import ModelSpec
-from simulator.pairlaw import draw_partition, load_families
-from simulator.pairstudy import pair_matrices, pair_statistics
-from simulator.profile import Link
-from simulator.runspec import RunSpec
-from simulator.sweep import simulate_sweep
-from simulator.workload import PartitionStats, estimate_partition
+from sarlab.simulator.hardware.profile import Link
+from sarlab.simulator.network.linkprofile import for_network, parse_net, read_link_profile
+from sarlab.simulator.studies.pairstudy import pair_matrices, pair_statistics
+from sarlab.simulator.studies.sweep import simulate_sweep
+from sarlab.simulator.system.epoch import simulate_epoch
+from sarlab.simulator.system.runspec import RunSpec
+from sarlab.simulator.workload.model import ModelSpec
+from sarlab.simulator.workload.pairlaw import draw_partition, load_families
+from sarlab.simulator.workload.workload import PartitionStats, estimate_partition
 
 GCN1 = ModelSpec("gcn", layers=1, hidden=4, batchnorm=False, dropout=0.0)
 
@@ -70,9 +70,9 @@ def test_link_profiles_are_read_tolerantly(tmp_path):
 
 
 def test_shaping_cpu_of_a_link_profile_joins_the_cpu_per_byte(tmp_path):
-    """The emulated path's CPU per byte (``shaping_cpu_s_per_byte``, :mod:`simulator.shapebench`) is added to the
-    base profile's CPU per point-to-point byte on a veth network, 2 + 3 = 5 us per byte here (loopback keeps
-    2): the epoch is the one of a base profile with 5 us per byte, and slower than without shaping where the
+    """The emulated path's CPU per byte (``shaping_cpu_s_per_byte``, :mod:`sarlab.executor.calibration.shapebench`) is
+    added to the base profile's CPU per point-to-point byte on a veth network, 2 + 3 = 5 us per byte here (loopback
+    keeps 2): the epoch is the one of a base profile with 5 us per byte, and slower than without shaping where the
     workers share the cores."""
     base = replace(hand_profile(), cores_per_host=2, p2p_cpu_s_per_byte=2e-6)
     path = tmp_path / "link.json"

@@ -12,16 +12,16 @@ import pandas as pd
 import pytest
 from test_simulator_fixtures import hand_profile
 
-from simulator.epoch import simulate_epoch
-from simulator.layers import layer_plans
-from simulator.model import ModelSpec, parse_model
-from simulator.ops import ZERO_FILL_PASSES
-from simulator.pricing import EpochPricing
-from simulator.profile import load_profile
-from simulator.replay import model_for
-from simulator.rgcn_workload import RelationMix, estimate_relations, mag_mix, mag_partition
-from simulator.runspec import RunSpec, resolve_placement
-from simulator.workload import load_manifest
+from sarlab.simulator.hardware.profile import load_profile
+from sarlab.simulator.system.epoch import simulate_epoch
+from sarlab.simulator.system.pricing import EpochPricing
+from sarlab.simulator.system.replay import model_for
+from sarlab.simulator.system.runspec import RunSpec, resolve_placement
+from sarlab.simulator.workload.layers import layer_plans
+from sarlab.simulator.workload.model import ModelSpec, parse_model
+from sarlab.simulator.workload.ops import ZERO_FILL_PASSES
+from sarlab.simulator.workload.rgcn_workload import RelationMix, estimate_relations, mag_mix, mag_partition
+from sarlab.simulator.workload.workload import load_manifest
 
 # (source, destination, relation); part 0 owns nodes 0-3, part 1 nodes 4-7
 EDGES = [(1, 0, 0), (2, 0, 0), (3, 1, 1), (5, 0, 0), (6, 0, 1), (6, 2, 1), (5, 3, 0),

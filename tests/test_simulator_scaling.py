@@ -11,11 +11,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from simulator.epoch import simulate_epoch
-from simulator.model import ModelSpec, parse_model
-from simulator.profile import icelake_hdr200
-from simulator.runspec import RunSpec
-from simulator.workload import GRAPH_PRESETS, estimate_partition
+from sarlab.simulator.hardware.profile import icelake_hdr200
+from sarlab.simulator.system.epoch import simulate_epoch
+from sarlab.simulator.system.runspec import RunSpec
+from sarlab.simulator.workload.model import ModelSpec, parse_model
+from sarlab.simulator.workload.workload import GRAPH_PRESETS, estimate_partition
 
 
 def test_memory_ordering_of_modes():

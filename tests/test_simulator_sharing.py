@@ -1,5 +1,5 @@
-"""Concurrent flows on a shaped link (simulator.sharing): the bandwidth share of a message sharing a busy link end,
-its booking in both networks and the lockstep executor, the link-profile field (read, and used by sweeps) and
+"""Concurrent flows on a shaped link (sarlab.simulator.network.sharing): the bandwidth share of a message sharing a busy
+link end, its booking in both networks and the lockstep executor, the link-profile field (read, and used by sweeps) and
 roundbench's fit."""
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ import pytest
 import simpy
 from test_simulator_fixtures import INF, hand_profile
 
-from simulator.epoch import simulate_epoch
-from simulator.linkprofile import read_link_profile
-from simulator.model import ModelSpec
-from simulator.network import Network, ResourceNetwork
-from simulator.profile import Link
-from simulator.roundbench import fit_shared_efficiency
-from simulator.runspec import RunSpec
-from simulator.sharing import SharedLink, shared_occupancy, with_sharing
-from simulator.sweep import simulate_sweep
-from simulator.workload import estimate_partition
+from sarlab.executor.calibration.roundbench import fit_shared_efficiency
+from sarlab.simulator.hardware.profile import Link
+from sarlab.simulator.network.linkprofile import read_link_profile
+from sarlab.simulator.network.network import Network, ResourceNetwork
+from sarlab.simulator.network.sharing import SharedLink, shared_occupancy, with_sharing
+from sarlab.simulator.studies.sweep import simulate_sweep
+from sarlab.simulator.system.epoch import simulate_epoch
+from sarlab.simulator.system.runspec import RunSpec
+from sarlab.simulator.workload.model import ModelSpec
+from sarlab.simulator.workload.workload import estimate_partition
 
 LINK = SharedLink(latency_s=1e-3, bandwidth_Bps=1e6, gap_s=0.0, shared_efficiency=0.8)
 
@@ -98,9 +98,9 @@ def test_link_profiles_carry_the_shared_efficiency(tmp_path):
 
 
 def test_simulate_sweeps_on_veth_apply_the_link_files_shared_efficiency(tmp_path):
-    """``sarlab simulate --net veth:... --link FILE`` (:func:`simulator.sweep.simulate_sweep`) prices the inter-host
-    link with the file's ``shared_efficiency``: its oneshot epoch (compute free, one worker per host) is the one of
-    a profile whose inter-host link is the hand-built SharedLink (latency 1e-3 s less the base gap, the file's
+    """``sarlab simulate --net veth:... --link FILE`` (:func:`sarlab.simulator.studies.sweep.simulate_sweep`) prices the
+    inter-host link with the file's ``shared_efficiency``: its oneshot epoch (compute free, one worker per host) is the
+    one of a profile whose inter-host link is the hand-built SharedLink (latency 1e-3 s less the base gap, the file's
     bandwidth, eta 0.5), and longer than with the same file without the field."""
     base = replace(hand_profile(), workers_per_host=1)
     base = replace(base, ops={k: replace(v, rate=INF) for k, v in base.ops.items()})

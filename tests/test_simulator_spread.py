@@ -1,5 +1,5 @@
-"""Uneven progress of time-shared workers (simulator.spread): draws, processor-shared finishing times and the fit
-by hand, the executors booking it, and a real progressbench run."""
+"""Uneven progress of time-shared workers (sarlab.simulator.system.spread): draws, processor-shared finishing times and
+the fit by hand, the executors booking it, and a real progressbench run."""
 
 from __future__ import annotations
 
@@ -10,15 +10,14 @@ import numpy as np
 import pytest
 import simpy
 
-from simulator.clock import Worker, WorkerClocks
-from simulator.epoch import simulate_epoch
-from simulator.jitter import _GOLDEN, _RANK, _mix
-from simulator.memory import MemoryTracker
-from simulator.model import ModelSpec
-from simulator.profile import icelake_hdr200
-from simulator.progressbench import measure, summarize
-from simulator.runspec import RunSpec
-from simulator.spread import (
+from sarlab.executor.calibration.progressbench import measure, summarize
+from sarlab.simulator.hardware.profile import icelake_hdr200
+from sarlab.simulator.system.clock import Worker, WorkerClocks
+from sarlab.simulator.system.epoch import simulate_epoch
+from sarlab.simulator.system.jitter import _GOLDEN, _RANK, _mix
+from sarlab.simulator.system.memory import MemoryTracker
+from sarlab.simulator.system.runspec import RunSpec
+from sarlab.simulator.system.spread import (
     _SALT,
     F_MIN,
     barrier_loss,
@@ -27,7 +26,8 @@ from simulator.spread import (
     sigma_for,
     spread_factors,
 )
-from simulator.workload import estimate_partition
+from sarlab.simulator.workload.model import ModelSpec
+from sarlab.simulator.workload.workload import estimate_partition
 
 
 def _documented_factor(sigma: float, seed: int, rank: int, k: int) -> float:

@@ -9,23 +9,35 @@ import json
 import numpy as np
 import pytest
 
-from simulator.cost_model import DEFAULT_RESOURCES, billed_seconds, load_resources, resource_profile, run_cost, value
-from simulator.epoch import simulate_epoch
-from simulator.model import ModelSpec
-from simulator.profile import PRESETS, Link
-from simulator.runspec import RunSpec
-from simulator.sampled_sizes import DegreeDistribution, SampledSizes, chain_of_part, sampled_sizes
-from simulator.sampling_fit import fit_sampler_costs
-from simulator.sampling_model import (
+from sarlab.simulator.hardware.profile import PRESETS, Link
+from sarlab.simulator.strategies.cost_model import (
+    DEFAULT_RESOURCES,
+    billed_seconds,
+    load_resources,
+    resource_profile,
+    run_cost,
+    value,
+)
+from sarlab.simulator.strategies.sampling_fit import fit_sampler_costs
+from sarlab.simulator.strategies.sampling_model import (
     SamplerCosts,
     SamplingSpec,
     round_batches_of,
     round_messages,
     simulate_sampling_epoch,
 )
-from simulator.staleness_model import exchange_seconds, halo_bytes, simulate_stale_epoch, stale_epoch_time
-from simulator.strategies import STRATEGIES, predict
-from simulator.workload import PartitionStats
+from sarlab.simulator.strategies.staleness_model import (
+    exchange_seconds,
+    halo_bytes,
+    simulate_stale_epoch,
+    stale_epoch_time,
+)
+from sarlab.simulator.strategies.strategies import STRATEGIES, predict
+from sarlab.simulator.system.epoch import simulate_epoch
+from sarlab.simulator.system.runspec import RunSpec
+from sarlab.simulator.workload.model import ModelSpec
+from sarlab.simulator.workload.sampled_sizes import DegreeDistribution, SampledSizes, chain_of_part, sampled_sizes
+from sarlab.simulator.workload.workload import PartitionStats
 
 
 def configuration_graph(n: int, rng: np.random.Generator, blocks: int = 1, inside: float = 1.0):
@@ -335,7 +347,7 @@ def test_prices_from_a_file(tmp_path):
 
 
 def test_simulate_cli_prices_sampling_and_stale(tmp_path, capsys):
-    from simulator.cli import simulate_main
+    from sarlab.executor.commands.simulate_cmd import simulate_main
 
     out = tmp_path / "sim.json"
     graph = "estimate:nodes=20000,edges=200000,features=16,classes=4,train=10000"

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-import kernels
-from sarlab.shards import Shard
+from sarlab import kernels
+from sarlab.core.shards import Shard
 
 
 @pytest.fixture(scope="module")

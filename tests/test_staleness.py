@@ -1,4 +1,4 @@
-"""Bounded-staleness halos (``--staleness S``, :mod:`sarlab.stale`).
+"""Bounded-staleness halos (``--staleness S``, :mod:`sarlab.strategies.stale`).
 
 References are independent of the code under test: PyG's layers with the same weights on the whole graph. For a
 stale epoch the reference builds, for every worker ``p``, the input of each layer with ``p``'s own rows as
@@ -17,15 +17,15 @@ import torch
 import torch.distributed as dist
 from conftest import run_cli, spawn_ranks
 
-from sarlab.comm import Comm
-from sarlab.config import EngineConfig
-from sarlab.graphs import synthetic_graph
+from sarlab.core.comm import Comm
+from sarlab.core.config import EngineConfig
+from sarlab.core.reference import ReferenceModel, reference_step
+from sarlab.core.shards import ShardedGraph
+from sarlab.core.train import TrainConfig, Trainer
+from sarlab.data.graphs import synthetic_graph
+from sarlab.data.partition import load_part, partition
+from sarlab.data.validate_data import InputError
 from sarlab.nn.model import GNN, ModelConfig
-from sarlab.partition import load_part, partition
-from sarlab.reference import ReferenceModel, reference_step
-from sarlab.shards import ShardedGraph
-from sarlab.train import TrainConfig, Trainer
-from sarlab.validate_data import InputError
 
 WORKERS = 3
 EPOCHS = 4
@@ -251,7 +251,7 @@ def test_strategies_plan_interleaves_and_tables_read_the_records():
     """The head-to-head driver's plan and per-run table, on hand-made records (no training)."""
     import pandas as pd
 
-    from real.strategies import StrategiesConfig, default_strategies, plan, run_table
+    from sarlab.executor.bench.strategies import StrategiesConfig, default_strategies, plan, run_table
 
     strategies = default_strategies((5, 5), 64)
     order = plan(StrategiesConfig(seeds=(0, 1), nets=("loopback", "veth:rate=200mbit")), strategies)

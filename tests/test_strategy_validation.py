@@ -1,5 +1,6 @@
-"""The head-to-head campaign's records priced (simulator.strategy_validation): measured epochs by hand from
-hand-made records, every strategy predicted on loopback and on an emulated link, errors as predicted / measured - 1."""
+"""The head-to-head campaign's records priced (sarlab.simulator.studies.strategy_validation): measured epochs by hand
+from hand-made records, every strategy predicted on loopback and on an emulated link, errors as predicted / measured -
+1."""
 from __future__ import annotations
 
 import json
@@ -8,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sarlab.graphs import load_graph
-from sarlab.partition import partition
-from simulator.strategy_validation import main, measured_runs, strategy_kind
+from sarlab.data.graphs import load_graph
+from sarlab.data.partition import partition
+from sarlab.simulator.studies.strategy_validation import main, measured_runs, strategy_kind
 
 
 def records(times: dict) -> pd.DataFrame:

@@ -6,13 +6,13 @@ import math
 import numpy as np
 import pytest
 
-from real.jobs import Job
-from real.launcher import launch
-from sarlab.config import EngineConfig
-from sarlab.graphs import synthetic_graph
+from sarlab.core.config import EngineConfig
+from sarlab.core.train import RECORD_COLUMNS, TrainConfig
+from sarlab.data.graphs import synthetic_graph
+from sarlab.data.partition import partition
+from sarlab.executor.launch.jobs import Job
+from sarlab.executor.launch.launcher import launch
 from sarlab.nn.model import ModelConfig
-from sarlab.partition import partition
-from sarlab.train import RECORD_COLUMNS, TrainConfig
 
 
 @pytest.fixture(scope="module")

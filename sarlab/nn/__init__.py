@@ -1,9 +1,9 @@
-"""Layers that run on a :class:`sarlab.shards.ShardedGraph` and the model built from them."""
-from .gat import GATConv
-from .gcn import GCNConv
-from .model import GNN, MODELS
-from .norm import DistBatchNorm
-from .rgcn import RGCNConv
-from .sage import SAGEConv
+"""Layers that run on a :class:`sarlab.core.shards.ShardedGraph` and the model built from them."""
+from sarlab.nn.gat import GATConv
+from sarlab.nn.gcn import GCNConv
+from sarlab.nn.model import GNN, MODELS
+from sarlab.nn.norm import DistBatchNorm
+from sarlab.nn.rgcn import RGCNConv
+from sarlab.nn.sage import SAGEConv
 
 __all__ = ["GATConv", "GCNConv", "SAGEConv", "RGCNConv", "DistBatchNorm", "GNN", "MODELS"]

@@ -4,11 +4,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-import kernels
-from kernels import torch_backend
-
-from ..aggregators import cached_transpose, shard_transpose
-from ..shards import Shard
+from sarlab import kernels
+from sarlab.core.aggregators import cached_transpose, shard_transpose
+from sarlab.core.shards import Shard
+from sarlab.kernels import torch_backend
 
 
 def _leaky(x: torch.Tensor, slope: float) -> torch.Tensor:
@@ -32,7 +31,7 @@ class AttentionAggregation:
     Unfused: plain torch; in ``sa`` and ``oneshot`` (and on one worker) it builds and keeps the autograd
     graph (E x H logits and E x H x C messages per layer), as a plain PyG-style implementation does. In
     ``sar`` it streams each shard in chunks of at most :data:`UNFUSED_CHUNK_EDGES` edges through
-    ``kernels.torch_backend`` (per-edge weights ``[H,E]``, weighted sums as sparse products), recomputing
+    ``sarlab.kernels.torch_backend`` (per-edge weights ``[H,E]``, weighted sums as sparse products), recomputing
     the attention weights in the backward pass.
     """
 

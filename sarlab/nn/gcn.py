@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..aggregators import Aggregation
+from sarlab.core.aggregators import Aggregation
 
 _SUM = Aggregation("sum")
 

@@ -6,13 +6,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..validate_data import InputError
-from .functional import dropout_by_id
-from .gat import GATConv
-from .gcn import GCNConv
-from .norm import DistBatchNorm
-from .rgcn import RGCNConv
-from .sage import AGGRS, SAGEConv
+from sarlab.data.validate_data import InputError
+from sarlab.nn.functional import dropout_by_id
+from sarlab.nn.gat import GATConv
+from sarlab.nn.gcn import GCNConv
+from sarlab.nn.norm import DistBatchNorm
+from sarlab.nn.rgcn import RGCNConv
+from sarlab.nn.sage import AGGRS, SAGEConv
 
 MODELS = ("gcn", "sage", "gat", "rgcn")
 
@@ -77,7 +77,7 @@ class GNN(nn.Module):
     Hidden layers apply conv, optional :class:`DistBatchNorm`, ReLU and id-keyed dropout (the mask is a
     function of the seed, epoch, layer, global node id and feature, so it is the same for any number of
     workers). The last conv produces the class logits. Layer ``i`` runs on ``graph.layer(i)``: the whole
-    graph, or with message-flow-graph pruning (:mod:`sarlab.mfg`) the rows that reach a loss node.
+    graph, or with message-flow-graph pruning (:mod:`sarlab.strategies.mfg`) the rows that reach a loss node.
 
     Args:
         cfg: the architecture.

@@ -6,7 +6,7 @@ import math
 import torch
 from torch import nn
 
-from ..shards import Shard, relation_shards
+from sarlab.core.shards import Shard, relation_shards
 
 
 class RelationalAggregation:

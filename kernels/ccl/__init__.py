@@ -1,0 +1,72 @@
+"""A torch.distributed backend named ``ccl`` over Intel oneCCL (CPU tensors), built as a C++ extension.
+
+Usage::
+
+    import sarlab.kernels.ccl as ccl
+    ccl.register()                        # builds on first use (about a minute), then cached
+    dist.init_process_group("ccl", ...)   # env://, tcp:// and torchrun work as with gloo
+
+:func:`available` tells without building whether the libraries are installed, and if not, how to install them.
+Rendezvous goes through the c10d store: rank 0 publishes the address of its oneCCL key-value store there.
+
+Ops (CPU, dense, contiguous tensors; one tensor per call):
+
+* ``all_reduce``: SUM, AVG (floating dtypes), PRODUCT, MIN, MAX on float32/64, float16, bfloat16,
+  int8/16/32/64, uint8, bool (SUM = logical or, PRODUCT = logical and).
+* ``broadcast``, ``all_gather`` (list form, so ``all_gather_object`` works), ``all_gather_into_tensor``,
+  ``all_to_all_single`` (equal or unequal splits), ``send``/``recv``/``isend``/``irecv``,
+  ``batch_isend_irecv``, ``barrier``: any dtype (moved as bytes).
+* Not supported: ``reduce``, ``reduce_scatter``, ``gather``, ``scatter``, list ``all_to_all``, any-source recv,
+  sparse or non-CPU tensors (each raises an error that names the op).
+
+Point-to-point ordering: oneCCL send/recv have no tag. Tags are accepted and ignored; messages between two ranks
+are matched in posting order, per direction (the k-th send from A to B is received by the k-th recv posted on
+B from A), independently of ops with other peers and of how sends and receives interleave. Code that relies on
+tags to match messages posted in different orders on the two sides is not supported.
+
+Timeouts: every op fails (``DistBackendError`` naming the op and the timeout; ``Work.wait()`` raises it) when it
+has not completed within the process group's timeout (``init_process_group(timeout=...)``), e.g. because a peer
+died. oneCCL cannot cancel an op, so the process group is unusable afterwards: later ops fail at once. Creating
+the process group is bounded by the store's timeout while waiting for rank 0's address, not after that.
+
+Environment set when unset (before oneCCL loads): ``CCL_ATL_TRANSPORT=ofi``, ``FI_PROVIDER=tcp``,
+``CCL_LOG_LEVEL=error``. This module imports only the standard library; torch is imported by :func:`register`.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from ._build import ENV_DEFAULTS, apply_env, available, cache_root
+
+__all__ = ["ENV_DEFAULTS", "available", "cache_root", "load", "register", "apply_env"]
+
+BACKEND_NAME = "ccl"
+_lock = threading.Lock()
+_registered = False
+
+
+def load():
+    """Build (if needed) and import the C++ extension; raises RuntimeError with the install command when a
+    library is missing."""
+    from ._build import load as _load
+
+    return _load()
+
+
+def register() -> None:
+    """Register the ``ccl`` backend with ``torch.distributed`` (building the extension first). Idempotent."""
+    global _registered
+    with _lock:
+        if _registered:
+            return
+        import torch.distributed as dist
+
+        ext = load()
+
+        def create(store, rank, size, timeout):
+            return ext.create_backend(store, rank, size, timeout)
+
+        if BACKEND_NAME.upper() not in dist.Backend._plugins:
+            dist.Backend.register_backend(BACKEND_NAME, create, devices=["cpu"])
+        _registered = True

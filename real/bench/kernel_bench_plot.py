@@ -1,0 +1,56 @@
+"""Outputs of ``sarlab bench kernels``: the result table as text, ``<prefix>.csv`` and the figure ``<prefix>.png``.
+
+Nothing here measures: the functions read the dict :func:`sarlab.executor.bench.kernel_bench.run_kernel_bench` returns.
+"""
+from __future__ import annotations
+
+import csv
+import os
+
+from sarlab.core.machine import usable_cores
+from sarlab.simulator.studies.figures import measured_banner, plot_fig2
+
+CSV_COLUMNS = ("impl", "backend", "heads", "phase", "time_s", "peak_mem_bytes", "speedup_vs_pyg", "mem_ratio_vs_pyg",
+               "min_bytes", "achieved_GBps", "bw_fraction", "nodes", "edges", "channels_per_head", "dtype", "reps",
+               "mem_reps", "threads")
+
+
+def figure_banner(result: dict) -> str:
+    """The 'measured on' banner of the figure of a result."""
+    load = result.get("loadavg_1min_start_end", [float("nan")] * 2)
+    return measured_banner(result["cpu"], usable_cores(), result["date"],
+                           f"{result['threads']} torch threads, 1-min load {load[0]:.1f} -> {load[1]:.1f}")
+
+
+def figure_title(result: dict) -> str:
+    """What the figure of a result shows: graph, layer, implementations."""
+    cfg, rows = result["config"], result["rows"]
+    dgl = ", dgl = DGL GATConv" if any(r["impl"] == "dgl" for r in rows) else "; DGL not installed"
+    return (f"One GAT layer, {cfg['nodes']:,} nodes, {result['edges']:,} edges (synthetic, power-law in-degree, "
+            f"mean {cfg['degree']}), in = out = {cfg['channels']} x heads features, float32, no self-loops; medians "
+            f"of {cfg['reps']} repetitions. fused / unfused = sarlab.nn.GATConv, the layer the engine trains, with "
+            f"the C++ kernels ({rows[0]['backend']}) / in torch; pyg = torch_geometric GATConv{dgl}")
+
+
+def write_outputs(result: dict, out_dir: str, prefix: str = "kernels") -> list[str]:
+    """Write ``<out_dir>/<prefix>.csv`` (one row per implementation x heads x phase, :data:`CSV_COLUMNS`) and
+    ``<prefix>.png`` (forward time, backward time and peak memory against heads); return their paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    csv_path, png_path = os.path.join(out_dir, f"{prefix}.csv"), os.path.join(out_dir, f"{prefix}.png")
+    with open(csv_path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        for row in result["rows"]:
+            writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
+    plot_fig2(result["rows"], png_path, figure_banner(result), figure_title(result))
+    return [csv_path, png_path]
+
+
+def format_table(result: dict) -> str:
+    """The result rows as a fixed-width text table (time, memory, ratios to PyG, bandwidth)."""
+    lines = [f"{'impl':8} {'heads':>5} {'phase':8} {'time ms':>9} {'peak MiB':>9} {'x pyg':>6} {'mem/pyg':>8} "
+             f"{'GB/s':>6} {'bw frac':>7}"]
+    lines += [f"{r['impl']:8} {r['heads']:5d} {r['phase']:8} {r['time_s'] * 1e3:9.1f} "
+              f"{r['peak_mem_bytes'] / 2**20:9.1f} {r['speedup_vs_pyg']:6.2f} {r['mem_ratio_vs_pyg']:8.3f} "
+              f"{r['achieved_GBps']:6.2f} {r['bw_fraction']:7.3f}" for r in result["rows"]]
+    return "\n".join(lines)

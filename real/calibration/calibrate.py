@@ -1,0 +1,286 @@
+"""Calibration: measure this machine and fit the measurements into a
+:class:`~sarlab.simulator.hardware.profile.Profile`.
+
+The steps, in order (each a :func:`sarlab.simulator.calibration.harness.quiet_step`):
+
+1. every op family on one thread and on all cores (:mod:`sarlab.simulator.calibration.opbench`,
+:mod:`sarlab.simulator.calibration.gatbench`):
+   rate, per-call overhead, row rate, backward ratio, thread efficiency;
+2. co-located single-thread processes, one and ``C`` at once
+(:func:`sarlab.simulator.calibration.hostbench.bench_share`); 3. the allocator and the memory an op family adds on first
+use (:mod:`sarlab.simulator.calibration.hostbench`); 4. gloo point-to-point between two local processes
+(:func:`sarlab.simulator.calibration.hostbench.bench_network`), then the
+   software cost of posting and waiting for messages on 2, 4 and 8 local ranks
+   (:func:`sarlab.simulator.calibration.hostbench.bench_messages`; not a quiet step: it alternates world sizes instead),
+   and how unevenly ``C``, ``2C`` and ``4C`` time-shared ranks progress between barriers
+   (:mod:`sarlab.executor.calibration.progressbench`, fitted by :func:`sarlab.simulator.system.spread.fit_sigma`);
+5. real single-worker engine epochs for the compute scale
+(:func:`sarlab.simulator.calibration.engine_runs.bench_engine`).
+
+A calibration whose thread efficiencies are implausible for the core count
+(:func:`sarlab.simulator.hardware.plausibility.implausible_thread_effs`) is flagged loudly: in the log, in the profile's
+notes and in ``meta["implausible"]``; ``sarlab calibrate`` then refuses to write it where it was asked to. A compute
+scale far from 1 (:func:`sarlab.simulator.hardware.plausibility.implausible_compute_scale`: a microbenchmark off the
+engine's code path) is flagged in the log, the notes and ``meta["compute_scale_flag"]``, and written: calibrating again
+would not change it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+import torch
+
+from sarlab.core.machine import cpu_model, today, usable_cores
+from sarlab.core.memory import tune_malloc
+from sarlab.executor.calibration.progressbench import ROWS, spread_table
+from sarlab.simulator.calibration.calibration import Calibration, Findings
+from sarlab.simulator.calibration.engine_runs import bench_engine
+from sarlab.simulator.calibration.gatbench import bench_gat_autograd, bench_gat_fused, bench_gat_unfused
+from sarlab.simulator.calibration.harness import jsonable, quiet_step, set_threads
+from sarlab.simulator.calibration.hostbench import (
+    bench_allocator,
+    bench_first_use,
+    bench_messages,
+    bench_network,
+    bench_share,
+)
+from sarlab.simulator.calibration.opbench import bench_elementwise, bench_gemm, bench_max, bench_spmm
+from sarlab.simulator.hardware.plausibility import implausible_compute_scale, implausible_thread_effs
+from sarlab.simulator.hardware.profile import Link, OpCost, Profile
+from sarlab.simulator.system.spread import fit_sigma
+
+__all__ = ["Calibration", "calibrate"]
+
+#: engine SpMM calls per progressbench round (~30 ms of one rank's work on the 2-core EPYC VM)
+SPREAD_CALLS = 3
+#: the link assumed when the gloo benchmark does not run
+ASSUMED_LINK = Link(latency_s=50e-6, bandwidth_Bps=1e9)
+
+
+def _measure_ops(cal: Calibration, found: Findings, cores: int, steps_total: int) -> dict[str, OpCost]:
+    """Step 1 and 2: every op family (one thread, then all cores), then co-located processes."""
+    log = cal.log
+    gen = torch.Generator().manual_seed(cal.seed)
+    steps: list[tuple[str, Callable[[], OpCost | None]]] = [
+        ("gemm", lambda: bench_gemm(cal, found, cores)),
+        ("spmm", lambda: bench_spmm(cal, found, cores, gen)),
+        ("max_aggr", lambda: bench_max(cal, found, cores, gen)),
+        ("gat_unfused", lambda: bench_gat_unfused(cal, found, cores, gen)),
+        ("gat_autograd", lambda: bench_gat_autograd(cal, found, cores, gen)),
+        ("elementwise", lambda: bench_elementwise(cal, found, cores)),
+    ]
+    if cal.fused:
+        steps.append(("gat_fused", lambda: bench_gat_fused(cal, found, cores, gen)))
+    else:
+        found.notes.append("fused GAT not measured (disabled); the simulator falls back to the unfused costs")
+    ops: dict[str, OpCost] = {}
+    for i, (op_name, fn) in enumerate(steps, start=1):
+        t0 = time.perf_counter()
+        log(f"[calibrate {i}/{steps_total}] {op_name} ...")
+        cost = quiet_step(cal, found, op_name, fn)
+        if cost is not None:
+            ops[op_name] = cost
+            row = f", row {cost.row_rate:.3g}/s" if cost.row_rate else ""
+            log(
+                f"    rate {cost.rate:.3g}/s{row}, overhead {cost.overhead_s * 1e6:.1f} us, "
+                f"bwd x{cost.bwd_ratio:.2f}, thread eff {cost.parallel_eff:.2f} "
+                f"({time.perf_counter() - t0:.1f}s)"
+            )
+    if cal.quick or cores <= 1:
+        found.notes.append("share_eff not measured (quick or one core): co-located processes use parallel_eff")
+        return ops
+    log(f"    co-located processes: sharebench alone, then {cores} at once ...")
+    try:
+        shares = quiet_step(cal, found, "share", lambda: bench_share(cal, found, cores))
+    except (subprocess.SubprocessError, OSError, ValueError, RuntimeError, KeyError) as err:
+        shares = {}
+        found.notes.append(f"share_eff not measured ({type(err).__name__}: {err})")
+    for family, eta in shares.items():
+        if family in ops:
+            ops[family] = replace(ops[family], share_eff=eta)
+    log("    share_eff " + ", ".join(f"{k} {v:.2f}" for k, v in shares.items()))
+    return ops
+
+
+def _measure_memory(cal: Calibration, found: Findings) -> tuple[float, dict[str, float], dict[str, float]]:
+    """Step 3: resident bytes per tensor byte, first-use bytes per family, sparse-kernel temporaries (a check)."""
+    factor = bench_allocator(found)
+    first_use: dict[str, float] = {}
+    transients: dict[str, float] = {}
+    if cal.quick:
+        found.notes.append("first-use memory not measured (--quick); run a full calibration for it")
+    else:
+        try:
+            first_use, transients = bench_first_use(found)
+        except (subprocess.SubprocessError, OSError, ValueError, IndexError, KeyError) as err:
+            found.notes.append(f"first-use memory not measured ({type(err).__name__}: {err})")
+        if not transients:
+            found.notes.append("sparse-kernel temporaries not measured (VmHWM cannot be reset here)")
+    cal.log(
+        f"    resident bytes per tensor byte {factor:.3f}; first use (MiB): "
+        + ", ".join(f"{k} {v / 2**20:.1f}" for k, v in first_use.items())
+    )
+    if transients:
+        cal.log("    sparse-kernel temporaries (a check, not priced): "
+                + ", ".join(f"{k} {v:.3g}" for k, v in transients.items()))
+    return factor, first_use, transients
+
+
+def _measure_network(cal: Calibration, found: Findings) -> tuple[Link, float, float]:
+    """Step 4: the loopback link, the CPU time of posting an exchange and of moving a byte."""
+    if not cal.network:
+        found.notes.append("network not measured (disabled); 50 us / 1 GB/s assumed")
+        return ASSUMED_LINK, 0.0, 0.0
+    try:
+        link, call_s, cpu_per_byte = quiet_step(cal, found, "network", lambda: bench_network(cal, found))
+    except Exception as err:  # noqa: BLE001 - keep the compute calibration if gloo fails
+        found.notes.append(f"network not measured ({type(err).__name__}: {err}); 50 us / 1 GB/s assumed")
+        return ASSUMED_LINK, 0.0, 0.0
+    cal.log(
+        f"    alpha {link.alpha_s * 1e6:.1f} us (gap {link.gap_s * 1e6:.1f} us), "
+        f"bandwidth {link.bandwidth_Bps / 1e9:.2f} GB/s, post {call_s * 1e6:.1f} us, "
+        f"CPU {cpu_per_byte * 1e9:.3f} s/GB moved"
+    )
+    return link, call_s, cpu_per_byte
+
+
+def _measure_messages(cal: Calibration, found: Findings) -> dict[str, float]:
+    """Step 4b: software costs of gloo exchanges on 2-8 local ranks
+    (:func:`sarlab.simulator.calibration.hostbench.bench_messages`): per call, per op posted and waited, gloo's
+    background CPU per op. Empty when gloo fails or is disabled."""
+    if not cal.network:
+        return {}
+    try:
+        fit = bench_messages(cal, found)
+    except Exception as err:  # noqa: BLE001 - keep the rest of the calibration if gloo fails
+        found.notes.append(f"message costs not measured ({type(err).__name__}: {err}); the exchange call alone")
+        return {}
+    cal.log(f"    exchange call {fit['p2p_call_s'] * 1e6:.1f} us + {fit['p2p_op_s'] * 1e6:.1f} us per op posted, "
+            f"{fit['p2p_wait_s'] * 1e6:.1f} us per op waited, "
+            f"{fit['p2p_msg_cpu_s'] * 1e6:.1f} us background CPU per op")
+    found.notes.append("message costs (p2p_call_s, p2p_op_s, p2p_wait_s, p2p_msg_cpu_s): main-thread CPU time of "
+                       "posting and waiting gloo ops on 2, 4 and 8 local ranks, 256-byte messages (commbench)")
+    return {k: v for k, v in fit.items() if k.startswith("p2p_")}
+
+
+def _measure_spread(cal: Calibration, found: Findings, cores: int) -> dict[int, float]:
+    """Step 4c: how unevenly ``P = C, 2C, 4C`` time-shared single-thread ranks progress between barriers
+    (:mod:`sarlab.executor.calibration.progressbench`), as the ``sigma_P`` of :mod:`sarlab.simulator.system.spread`.
+    Empty when gloo fails or is disabled."""
+    if not cal.network:
+        return {}
+    counts = sorted({max(2, cores), 2 * cores, 4 * cores})
+    rounds = 10 if cal.quick else 40
+    try:
+        table = spread_table(counts, SPREAD_CALLS, rounds, log=cal.log, rows=ROWS // 8 if cal.quick else ROWS)
+    except Exception as err:  # noqa: BLE001 - keep the rest of the calibration if gloo fails
+        found.notes.append(f"progress spread not measured ({type(err).__name__}: {err}): even progress")
+        return {}
+    found.raw["progress_spread"] = {str(p): row for p, row in table.items()}
+    fitted = {p: fit_sigma(row["loss"], p, cores) for p, row in table.items()}
+    cal.log("    progress spread sigma_P (fitted to the slowest / mean loss): "
+            + ", ".join(f"P={p}: {v:.3f}" for p, v in fitted.items()))
+    found.notes.append(f"progress_spread: P = {counts} single-thread ranks, {SPREAD_CALLS} engine SpMM calls per "
+                       f"round ({rounds} rounds) then a barrier (progressbench); sigma fitted by spread.fit_sigma")
+    return fitted
+
+
+def _fit_engine(cal: Calibration, found: Findings, profile: Profile) -> Profile:
+    """Step 5: the compute scale curve from real engine epochs (or the profile as it is when that fails)."""
+    if not cal.engine:
+        found.notes.append("compute_scale not fitted (disabled): microbenchmarks alone")
+        return profile
+    cal.log("[calibrate] engine epochs (sarlab train, 1 worker) vs the microbenchmark prediction ...")
+    try:
+        scale, curve, raw = quiet_step(cal, found, "engine", lambda: bench_engine(cal, profile))
+    except (subprocess.SubprocessError, OSError, ValueError, RuntimeError, KeyError, IndexError) as err:
+        found.notes.append(f"compute_scale not fitted ({type(err).__name__}: {err}); 1.0 used")
+        return profile
+    found.raw["engine"] = raw
+    what = "predicted peak memory" if cal.scale_key == "peak" else "activations"
+    note = (
+        f"compute_scale_curve: engine epoch / microbenchmark prediction (GCN and SAGE, 1 worker, "
+        f"{len(raw['runs'])} runs) as a power law of {what}: "
+        f"{', '.join(f'{v:.2f} at {b / 2**20:.0f} MB' for b, v in curve)}; compute_scale "
+        f"{scale:.3f} is the runs' geometric mean"
+    )
+    cal.log(f"    compute_scale {scale:.3f}")
+    return replace(profile, compute_scale=scale, compute_scale_curve=curve, compute_scale_key=cal.scale_key,
+                   notes=(*profile.notes, note))  # fmt: skip
+
+
+def calibrate(cal: Calibration | None = None, name: str = "local") -> Profile:
+    """Measure this machine and return its :class:`Profile` (see the module docstring)."""
+    cal = cal or Calibration()
+    found = Findings()
+    log = cal.log
+    cores = cal.threads or usable_cores()
+    start = time.perf_counter()
+    old_threads = torch.get_num_threads()
+    # the engine's malloc settings: large tensors are fresh pages, whose first-touch faults belong to the op
+    if not tune_malloc(threshold=1 << 17):
+        found.notes.append("allocator: glibc mallopt unavailable; measured with default malloc settings")
+    set_threads(1)
+    steps_total = 9 if cal.fused else 8
+    try:
+        ops = _measure_ops(cal, found, cores, steps_total)
+        implausible = implausible_thread_effs(ops, cores)
+        for line in implausible:
+            log(f"    WARNING: implausible {line}")
+        log(f"[calibrate {steps_total - 1}/{steps_total}] allocator and first-use memory ...")
+        factor, first_use, transients = _measure_memory(cal, found)
+    finally:
+        set_threads(old_threads)
+    log(f"[calibrate {steps_total}/{steps_total}] gloo point-to-point (2 local processes) ...")
+    link, call_s, cpu_per_byte = _measure_network(cal, found)
+    messages = _measure_messages(cal, found)
+    spread = _measure_spread(cal, found, cores)
+    profile = Profile(
+        name=name,
+        ops=ops,
+        inter_host=link,
+        intra_host=link,
+        cores_per_host=usable_cores(),
+        workers_per_host=0,
+        p2p_call_s=messages.get("p2p_call_s", call_s),
+        p2p_op_s=messages.get("p2p_op_s", 0.0),
+        p2p_wait_s=messages.get("p2p_wait_s", 0.0),
+        p2p_msg_cpu_s=messages.get("p2p_msg_cpu_s", 0.0),
+        p2p_cpu_s_per_byte=cpu_per_byte,
+        progress_spread=spread,
+        mem_overhead_factor=factor,
+        first_use_bytes=first_use,
+        transient_bytes=transients,
+        llc_bytes=float(found.raw.get("llc_bytes", 0.0)),
+        notes=(
+            "rates are per thread at 1 thread; parallel_eff from the same op at all usable cores",
+            "inter_host = intra_host: measured on one machine (loopback gloo)",
+        ),
+    )
+    profile = _fit_engine(cal, found, profile)
+    off_scale = implausible_compute_scale(profile.compute_scale)
+    for line in off_scale:
+        log(f"    WARNING: implausible {line}")
+    elapsed = time.perf_counter() - start
+    log(f"calibration done in {elapsed:.1f}s")
+    flagged = (*(f"IMPLAUSIBLE {line}: re-run `sarlab calibrate` on quiet, separate cores" for line in implausible),
+               *(f"IMPLAUSIBLE {line}" for line in off_scale))
+    return replace(
+        profile,
+        notes=(*flagged, *profile.notes, *found.notes),
+        meta={
+            "machine": cpu_model(),
+            "torch": torch.__version__,
+            "date": today(),
+            "threads_measured": [1, cores],
+            "quick": cal.quick,
+            "seconds": round(elapsed, 2),
+            "implausible": list(implausible),
+            "compute_scale_flag": list(off_scale),
+            "raw": jsonable(found.raw),
+        },
+    )

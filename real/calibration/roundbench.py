@@ -1,0 +1,424 @@
+"""Gloo ring rounds and all-to-alls on an emulated network, timed per round (``python -m
+sarlab.executor.calibration.roundbench``).
+
+A probe of the network side of an epoch with no model in it: ``N`` ranks, one per emulated host
+(:mod:`sarlab.executor.launch.netns`, ``veth:rate=R``) or all on loopback, run the engine's exchange patterns with fixed
+message sizes and no tensor work, optionally with a fixed amount of CPU work per round (``--spin-ms``: thread CPU time,
+as an aggregation's compute would take on the shared cores):
+
+* ``ring:D``: the ``sar`` forward's rounds (:mod:`sarlab.core.aggregate`'s ``RingFetch``): rounds ``1..D+1`` posted
+  (receive first, then send, as :class:`sarlab.core.comm.Comm` posts them), then per round: wait for both messages,
+  spin, post the next unposted round; ``N - 1`` rounds (``--rounds K``: ``K``, the peers at distance
+  ``1 + k mod (N - 1)`` in round ``k``), ``D + 1`` of them in flight;
+* ``oneshot``: all ``N - 1`` exchanges posted at once, then all waited for;
+* ``global``: the SAR library's rounds (IntelLabs SAR runs every ring round as one ``dist.all_to_all`` over all
+  ``N`` ranks): per round one batch with every peer, the round's message to ``p + r`` and from ``p - r`` and a
+  1-element (4-byte) tensor to and from each of the ``N - 2`` others, posted as isend/irecv (receives first) in
+  one ``batch_isend_irecv`` and all waited before the next round: gloo's ``dist.all_to_all`` (torch 2.13) refuses
+  parts of unequal sizes ("invalid tensor size"), so it cannot run this round;
+* ``global-a2a``: the same round as one ``dist.all_to_all_single`` with split sizes (gloo's alltoallv), a
+  collective, waited before the next round.
+
+Every received buffer is checked after the pass (outside its timing) to hold its sender's rank.
+
+Every pass is timed from a barrier to the last rank's end of the pattern; each rank also records its per-round
+waits and the TCP counters of its own namespace (``/proc/net/snmp`` and ``/proc/net/netstat`` are per network
+namespace) over the pass: segments retransmitted, retransmission timeouts, tail-loss probes. The parent reads the
+qdiscs' drop counters of every link end (host uploads, switch ports = downloads) at the end.
+
+The result (JSON, ``--out``) has per pattern the median pass time over repeats, that per round (``round_s``;
+``oneshot``: per ``N - 1``), the bytes a rank handed to its sends per pass, and ``ideal_s``: the pattern's bytes
+at the link's payload bandwidth (``--bandwidth-Bps``, else the ``--link-in`` profile's ``bandwidth_bidir_Bps``, else
+``0.95 R / 8``) with every link busy all the time, ``rounds x bytes / B``
+(:func:`sarlab.simulator.network.roundmodel.pass_bytes`); next to it the simulator's prediction of the same passes
+(``model``, :func:`sarlab.simulator.network.roundmodel.model_pass`, with ``--profile``'s message software; ``--predict``
+prints only that, without ranks or root); and ``shared_efficiency`` (:func:`fit_shared_efficiency`,
+:mod:`sarlab.simulator.network.sharing`). With ``--link-in A.json --out B.json`` it writes the link profile ``A`` with
+``shared_efficiency`` and the probe (``sharing``) added; the simulator reads the field from that file itself
+(:func:`sarlab.simulator.network.linkprofile.read_link_profile` makes the link a
+:class:`sarlab.simulator.network.sharing.SharedLink`). A calibration of the link, not of any engine run; it needs root
+and a quiet machine (the 2026-11-24 numbers were taken under a 1-min load of 5-16 from other work).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+
+from sarlab.paths import package_parent
+from sarlab.simulator.calibration.ranks import run_ranks
+from sarlab.simulator.hardware.provenance import resolve_profile
+from sarlab.simulator.network.roundmodel import PATTERN, concurrent, model_link, model_table, pass_bytes, round_count
+
+ROOT = package_parent()  # the directory holding the sarlab package
+#: TCP counters read per pass: (file, section, field)
+COUNTERS = (("snmp", "Tcp", "RetransSegs"), ("netstat", "TcpExt", "TCPTimeouts"),
+            ("netstat", "TcpExt", "TCPLossProbes"), ("netstat", "TcpExt", "TCPSpuriousRTOs"))
+
+
+def tcp_counters() -> dict[str, int]:
+    """This network namespace's TCP counters of :data:`COUNTERS` (``/proc/net/snmp``, ``/proc/net/netstat``)."""
+    found: dict[str, int] = {}
+    for name in ("snmp", "netstat"):
+        lines = Path(f"/proc/net/{name}").read_text().splitlines()
+        for head, values in zip(lines[::2], lines[1::2]):
+            section, keys = head.split(":", 1)
+            vals = dict(zip(keys.split(), values.split(":", 1)[1].split()))
+            for file, sec, field in COUNTERS:
+                if file == name and sec == section and field in vals:
+                    found[field] = int(vals[field])
+    return found
+
+
+def spin(seconds: float) -> None:
+    """Burn ``seconds`` of this thread's CPU time."""
+    if seconds <= 0:
+        return
+    end = time.thread_time() + seconds
+    x = 0
+    while time.thread_time() < end:
+        for _ in range(1000):
+            x += 1
+
+
+def _child(patterns: list[str], nbytes: int, repeats: int, spin_s: float, rounds: int, out: str) -> None:
+    """One rank: every pattern ``repeats + 1`` times (the first warms the connections and is not kept); a pass
+    has ``rounds`` rounds (0: ``N - 1``), round ``k`` with the peers at distance ``1 + k mod (N - 1)``. After every
+    pass (outside its timing) each received buffer is checked to hold its sender's rank."""
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=300))
+    rank, N = dist.get_rank(), dist.get_world_size()
+    n, K = max(1, nbytes // 4), rounds or N - 1
+    M = max(K, N - 1)
+    sends = [torch.full((n,), float(rank)) for _ in range(M)]
+    recvs = [torch.empty(n) for _ in range(M)]
+    mine = torch.full((1,), float(rank))  # what a global round sends the peers it has nothing for
+    dummies = [torch.empty(1) for _ in range(N)]  # what it receives from them (one per peer)
+    a2a = "global-a2a" in patterns  # its buffers only where it runs (8 ranks' buffers add up)
+    flat = torch.full((n + N - 2,) if a2a else (0,), float(rank))  # the round's message and the 1-element parts
+    flat_out = [torch.empty(n + N - 2) for _ in range(K if a2a else 0)]
+    sent = [0]  # bytes handed to the sends of this pass
+
+    def peers(k: int) -> tuple[int, int]:
+        r = 1 + k % (N - 1)
+        return (rank + r) % N, (rank - r) % N
+
+    def post(k: int) -> list:
+        dst, src = peers(k)
+        sent[0] += sends[k].nbytes
+        ops = [dist.P2POp(dist.irecv, recvs[k], src, tag=k), dist.P2POp(dist.isend, sends[k], dst, tag=k)]
+        return dist.batch_isend_irecv(ops)
+
+    def post_global(k: int) -> list:
+        """Round ``k`` as one exchange with every peer: receives first, then sends (one batch)."""
+        dst, src = peers(k)
+        others = [q for q in range(N) if q != rank]
+        ops = [dist.P2POp(dist.irecv, recvs[k] if q == src else dummies[q], q, tag=k) for q in others]
+        outgoing = [sends[k] if q == dst else mine for q in others]
+        sent[0] += sum(t.nbytes for t in outgoing)
+        ops += [dist.P2POp(dist.isend, t, q, tag=k) for q, t in zip(others, outgoing)]
+        return dist.batch_isend_irecv(ops)
+
+    def splits(k: int) -> tuple[list[int], list[int]]:
+        dst, src = peers(k)
+        size = [0 if q == rank else 1 for q in range(N)]
+        return [n if q == src else s for q, s in enumerate(size)], [n if q == dst else s for q, s in enumerate(size)]
+
+    def post_a2a(k: int) -> list:
+        """Round ``k`` as one ``all_to_all_single`` of all ranks (gloo's alltoallv, unequal parts)."""
+        into, outof = splits(k)
+        sent[0] += 4 * sum(outof)
+        return [dist.all_to_all_single(flat_out[k], flat, into, outof, async_op=True)]
+
+    def ring(depth: int, poster) -> list[float]:
+        waits, posted, nxt = [], deque(), 0
+        while nxt < K and len(posted) <= depth:
+            posted.append(poster(nxt))
+            nxt += 1
+        while posted:
+            works = posted.popleft()
+            t = time.perf_counter()
+            for work in works:
+                work.wait()
+            waits.append(time.perf_counter() - t)
+            spin(spin_s)
+            if nxt < K:
+                posted.append(poster(nxt))
+                nxt += 1
+        return waits
+
+    def oneshot() -> list[float]:
+        works = [w for k in range(N - 1) for w in post(k)]
+        t = time.perf_counter()
+        for work in works:
+            work.wait()
+        spin(spin_s * (N - 1))
+        return [time.perf_counter() - t]
+
+    def run(pattern: str) -> list[float]:
+        if pattern == "oneshot":
+            return oneshot()
+        if pattern == "global":
+            return ring(0, post_global)
+        if pattern == "global-a2a":
+            return ring(0, post_a2a)
+        return ring(int(pattern.split(":")[1]), post)
+
+    def check(pattern: str) -> None:
+        """Every buffer the pass received holds its sender's rank (NaN-filled before the pass)."""
+        got = []
+        count = N - 1 if pattern == "oneshot" else K
+        for k in range(count):
+            src = peers(k)[1]
+            if pattern == "global-a2a":
+                parts = flat_out[k].split(splits(k)[0])
+                got += [(q, part) for q, part in enumerate(parts) if part.numel()]
+            else:
+                got.append((src, recvs[k]))
+        if pattern == "global":  # the peers that were not a round's source sent a 4-byte tensor
+            got += [(q, dummies[q]) for q in range(N) if q != rank and any(peers(k)[1] != q for k in range(K))]
+        for q, buf in got:
+            if not bool((buf == q).all()):
+                raise RuntimeError(f"rank {rank} {pattern}: a buffer from rank {q} holds {buf[:4].tolist()}")
+
+    samples = []
+    for pattern in patterns:
+        for i in range(repeats + 1):
+            for buf in (*recvs, *dummies, *flat_out):
+                buf.fill_(float("nan"))
+            sent[0] = 0
+            c0 = tcp_counters()
+            dist.barrier()
+            t0 = time.perf_counter()
+            waits = run(pattern)
+            local = time.perf_counter() - t0
+            dist.barrier()
+            c1 = tcp_counters()
+            check(pattern)
+            if i:
+                samples.append({"pattern": pattern, "repeat": i, "rank": rank, "local_s": local, "waits_s": waits,
+                                "bytes_sent": sent[0], "tcp": {k: c1[k] - c0.get(k, 0) for k in c1}})
+    everyone: list = [None] * N
+    dist.all_gather_object(everyone, samples)
+    dist.destroy_process_group()
+    if rank == 0:
+        Path(out).write_text(json.dumps([s for part in everyone for s in part]))
+
+
+def qdisc_drops(network) -> dict[str, int]:
+    """Packets the bulk queues dropped so far: host uploads (``eth0``) and switch ports (downloads), summed."""
+    totals = {"upload": 0, "download": 0}
+    for h in range(network.hosts):
+        for where, ns, dev in (("upload", network.namespace(h), "eth0"), ("download", network.switch, f"h{h}")):
+            res = subprocess.run(["tc", "-n", ns, "-s", "qdisc", "show", "dev", dev], capture_output=True,
+                                 text=True, timeout=30)
+            totals[where] += sum(int(m) for m in re.findall(r"dropped (\d+)", res.stdout))
+    return totals
+
+
+def measure(net: str, world: int, patterns: list[str], nbytes: int, repeats: int, spin_s: float, rounds: int = 0,
+            timeout_s: float = 300.0) -> dict:
+    """Start ``world`` ranks on ``net`` (``loopback`` or ``veth:rate=R``, one host per rank), run the patterns,
+    return the samples and the qdiscs' drops."""
+    from sarlab.executor.launch import netns
+    from sarlab.executor.launch.launcher import worker_env
+    from sarlab.executor.launch.netspec import NetSpec
+
+    spec = NetSpec.parse(net)
+    network = None
+    if spec.emulated:
+        netns.check_host()
+        network = netns.EmulatedNetwork(NetSpec(spec.kind, spec.rate_bps, world), world)
+    out = tempfile.mktemp(prefix="roundbench-", suffix=".json")
+    port = netns.MASTER_PORT if network is not None else 29000 + os.getpid() % 1000
+
+    def env(rank: int) -> dict[str, str]:
+        found = worker_env(rank, world, network.address(0) if network else "127.0.0.1", port)
+        if network is not None:
+            found.update(network.env(rank))
+        return found
+
+    def command(rank: int) -> list[str]:
+        prefix = network.command(rank) if network is not None else []
+        return [*prefix, sys.executable, "-m", "sarlab.executor.calibration.roundbench", "--child", "--patterns",
+                ",".join(patterns),
+                "--bytes", str(nbytes), "--repeats", str(repeats), "--spin-ms", str(spin_s * 1e3),
+                "--rounds", str(rounds), "--samples", out]
+
+    try:
+        if network is not None:
+            network.create()
+        run_ranks(world, command, env, "roundbench", timeout_s)
+        drops = qdisc_drops(network) if network is not None else {}
+        return {"samples": json.loads(Path(out).read_text()), "qdisc_drops": drops}
+    finally:
+        if network is not None:
+            network.destroy()
+        if os.path.exists(out):
+            os.remove(out)
+
+
+def summarize(samples: list[dict], world: int, nbytes: int, bandwidth_Bps: float, rounds: int = 0) -> dict[str, dict]:
+    """Per pattern: the median over repeats of the slowest rank's pass, that per round (``oneshot``: per ``N - 1``),
+    the ideal (module docstring: every link busy with the pass's bytes, :func:`pass_bytes`), their ratio, the
+    median per-round wait, the bytes a rank handed to its sends per pass, and the TCP counters summed over ranks
+    and repeats."""
+    table: dict[str, dict] = {}
+    for pattern in dict.fromkeys(s["pattern"] for s in samples):
+        mine = [s for s in samples if s["pattern"] == pattern]
+        passes = [max(s["local_s"] for s in mine if s["repeat"] == i) for i in sorted({s["repeat"] for s in mine})]
+        count = round_count(pattern, world, rounds)
+        ideal = pass_bytes(pattern, world, nbytes, rounds) / bandwidth_Bps if bandwidth_Bps else 0.0
+        tcp: dict[str, int] = {}
+        for s in mine:
+            for k, v in s["tcp"].items():
+                tcp[k] = tcp.get(k, 0) + v
+        waits = [w for s in mine for w in s["waits_s"]]
+        median = statistics.median(passes)
+        table[pattern] = {"pass_s": median, "passes_s": passes, "round_s": median / count, "ideal_s": ideal,
+                          "over_ideal": median / ideal if ideal else None,
+                          "median_wait_s": statistics.median(waits), "max_wait_s": max(waits),
+                          "bytes_sent_per_rank": max(s.get("bytes_sent", 0) for s in mine),
+                          "tcp_per_pass": {k: v / len(passes) for k, v in tcp.items()}}
+    return table
+
+
+def fit_shared_efficiency(table: dict[str, dict], world: int, nbytes: int, bandwidth_Bps: float,
+                          rounds: int = 0) -> float:
+    r"""``eta_shared`` (:mod:`sarlab.simulator.network.sharing`) of the patterns with concurrent flows: the median over
+    ``ring:D`` (``D >= 1``) and ``oneshot`` of the efficiency that makes the model's pass time equal the measured one.
+
+    In the model every message of such a pass but a channel's first finds its channel busy (the prefetched round,
+    or the all-to-all's other messages), so with ``K`` messages per channel of ``T = bytes / B`` seconds each a pass
+    takes :math:`T (1 + (K - 1) / \eta)`, hence :math:`\eta = (K - 1) T / (t - T)`, at most 1 (latency and gaps,
+    well under 1 ms, left out). ``ring:0`` and the global rounds (one bulk flow per link end) are not used. NaN
+    without such a pattern.
+    """
+    T = nbytes / bandwidth_Bps
+    etas = []
+    for pattern, row in table.items():
+        if not concurrent(pattern):
+            continue
+        K = round_count(pattern, world, rounds)
+        if K > 1:
+            t = row["pass_s"]
+            etas.append(1.0 if t <= K * T else (K - 1) * T / (t - T))
+    return statistics.median(etas) if etas else float("nan")
+
+
+def table_lines(model: dict[str, dict], measured: dict[str, dict] | None = None) -> list[str]:
+    """The measurement (where given) and the model, one row per pattern, times in ms."""
+    head = f"{'pattern':10} {'model pass':>11} {'model round':>11}"
+    if measured:
+        head += f" {'pass':>9} {'round':>9} {'pass/model':>10} {'ideal':>9} {'round wait median':>17}"
+    lines = [head + "  (ms)"]
+    for pattern, m in model.items():
+        line = f"{pattern:10} {m['pass_s'] * 1e3:11.2f} {m['round_s'] * 1e3:11.3f}"
+        if measured and pattern in measured:
+            row = measured[pattern]
+            line += (f" {row['pass_s'] * 1e3:9.2f} {row['round_s'] * 1e3:9.3f} {row['pass_s'] / m['pass_s']:10.2f}"
+                     f" {row['ideal_s'] * 1e3:9.2f} {row['median_wait_s'] * 1e3:17.3f}")
+        lines.append(line)
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--net", default="veth:rate=150mbit", help="loopback or veth:rate=R (one host per rank)")
+    parser.add_argument("--world", type=int, default=8, help="ranks (default 8)")
+    parser.add_argument("--patterns", default="ring:0,ring:1,oneshot",
+                        help="comma list of ring:D (prefetch D), oneshot, global, global-a2a")
+    parser.add_argument("--bytes", type=int, default=2_000_000, help="bytes of every message (default 2 MB)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed passes per pattern (default 3)")
+    parser.add_argument("--rounds", type=int, default=0, help="ring rounds per pass (default N - 1)")
+    parser.add_argument("--spin-ms", type=float, default=0.0, help="CPU milliseconds each rank burns per round")
+    parser.add_argument("--bandwidth-Bps", type=float, default=0.0, help="payload B/s of the ideal (default 0.95 R/8)")
+    parser.add_argument("--link-in", help="a link profile (sarlab netbench) of this rate: its bidirectional bandwidth "
+                        "is the ideal's, and --out writes it with shared_efficiency added")
+    parser.add_argument("--link", help="a link profile the model's link (and the ideal's bandwidth) come from, as "
+                        "--link-in's, without changing what --out writes")
+    parser.add_argument("--profile", help="the simulator profile whose message software the model uses (a preset, "
+                        "a shipped profile's name or a JSON path; default: sarlab simulate's)")
+    parser.add_argument("--predict", action="store_true", help="print the model's table only (no ranks, no root)")
+    parser.add_argument("--out", help="write the result (or, with --link-in, the link profile with it) as JSON here")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--samples", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    patterns = [p.strip() for p in args.patterns.split(",") if p.strip()]
+    for p in patterns:
+        if not PATTERN.fullmatch(p):
+            parser.error(f"pattern {p!r}: write ring:D, oneshot, global or global-a2a")
+    if args.child:
+        _child(patterns, args.bytes, args.repeats, args.spin_ms / 1e3, args.rounds, args.samples)
+        return 0
+    if args.world < 2:
+        parser.error("--world must be at least 2")
+    from sarlab.executor.launch.netspec import NetSpec
+
+    spec = NetSpec.parse(args.net)
+    if args.link and args.link_in:
+        parser.error("give --link or --link-in, not both")
+    link_path = args.link_in or args.link
+    link = json.loads(Path(link_path).read_text()) if link_path else {}
+    bandwidth = args.bandwidth_Bps or float(link.get("bandwidth_bidir_Bps") or 0.0) or (
+        0.95 * spec.rate_bps / 8 if spec.emulated else 0.0)
+    profile, source = resolve_profile(args.profile)
+    model = model_table(patterns, args.world, args.bytes, model_link(profile, bandwidth, link_path), profile,
+                        args.rounds, args.spin_ms / 1e3)
+    title = (f"{args.net} N={args.world} {args.bytes / 1e6:g} MB spin {args.spin_ms:g} ms; model: profile "
+             f"{profile.name} ({source}), message software {profile.p2p_call_s * 1e6:.0f} us + "
+             f"{profile.p2p_op_s * 1e6:.0f} us per op posted + {profile.p2p_wait_s * 1e6:.0f} us per op waited")
+    if args.predict:
+        print("\n".join([title, *table_lines(model)]), flush=True)
+        if args.out:
+            Path(args.out).write_text(json.dumps({"net": args.net, "world": args.world, "bytes": args.bytes,
+                                                  "rounds": args.rounds, "spin_ms": args.spin_ms,
+                                                  "profile": source, "model": model}, indent=1))
+        return 0
+    load = os.getloadavg()[0]
+    raw = measure(args.net, args.world, patterns, args.bytes, args.repeats, args.spin_ms / 1e3, args.rounds)
+    table = summarize(raw["samples"], args.world, args.bytes, bandwidth, args.rounds)
+    for pattern, row in table.items():
+        ratio = f"{row['over_ideal']:.2f}x ideal {row['ideal_s']:.3f} s" if row["over_ideal"] else ""
+        tcp = ", ".join(f"{k} {v:g}" for k, v in row["tcp_per_pass"].items())
+        print(f"{args.net} N={args.world} {args.bytes / 1e6:g} MB spin {args.spin_ms:g} ms {pattern:10}: pass "
+              f"{row['pass_s']:.3f} s {ratio}; round wait median {row['median_wait_s'] * 1e3:.1f} ms, max "
+              f"{row['max_wait_s'] * 1e3:.1f} ms; per pass: {tcp}", flush=True)
+    print(f"qdisc drops (all patterns): {raw['qdisc_drops']}; 1-min load before {load:.2f}, after "
+          f"{os.getloadavg()[0]:.2f}", flush=True)
+    print("\n".join([title, *table_lines(model, table)]), flush=True)
+    eta = fit_shared_efficiency(table, args.world, args.bytes, bandwidth, args.rounds) if bandwidth else float("nan")
+    print(f"shared_efficiency {eta:.3f} (the share of the bandwidth a message sharing a busy link end gets)",
+          flush=True)
+    result = {"net": args.net, "world": args.world, "bytes": args.bytes, "rounds": args.rounds, "spin_ms": args.spin_ms,
+              "bandwidth_Bps": bandwidth, "load": load, "shared_efficiency": eta, "summary": table,
+              "model": model, "profile": source, **raw}
+    if args.link_in and eta != eta:
+        print("no pattern with concurrent flows (ring:D with D >= 1, oneshot, more than one round) to fit "
+              "shared_efficiency: --out gets the plain result, not a link profile", flush=True)
+    elif args.link_in:
+        result = {**link, "shared_efficiency": eta, "sharing": {
+            "method": "sarlab.executor.calibration.roundbench: gloo ranks, one per emulated host, no compute; pass "
+                      "times of the "
+                      "patterns with concurrent flows against the model's T (1 + (K - 1) / eta), median",
+            "date": datetime.date.today().isoformat(), **result}}
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

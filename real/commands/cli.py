@@ -1,0 +1,82 @@
+"""The ``sarlab`` command line: one module per command, each with ``build_parser()`` and ``main(argv)``.
+
+This module only names the commands and hands the arguments to the one asked for, turning the errors a
+user can cause into one line on stderr. It imports the standard library only, and a command's module when it
+runs: importing the engine takes 2.5 s here (torch, PyG) and the reproduce/bench modules 3.6 s (plus SimPy,
+matplotlib), which ``sarlab --help`` and the lighter commands need not pay.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+#: command -> (module with ``main(argv)``, attribute, one line of help)
+COMMANDS = {
+    "partition": ("sarlab.executor.commands.partition_cmd", "main", "partition a graph into parts on disk"),
+    "train": ("sarlab.executor.commands.train_cmd", "main", "train on N local workers (or as one rank under torchrun)"),
+    "verify": ("sarlab.executor.commands.verify", "main", "compare distributed outputs/gradients with a PyG reference"),
+    "bench": ("sarlab.executor.commands.cli", "bench_main", "benchmarks: engine, kernels, strategies, speed, network "
+                                                            "(`sarlab bench`)"),
+    "calibrate": ("sarlab.executor.commands.simulate_cmd", "calibrate_main", "measure this machine's cost profile for "
+                                                                             "the simulator"),
+    "simulate": ("sarlab.executor.commands.simulate_cmd", "simulate_main", "predict epoch time and peak memory (SimPy "
+                                                                           "model)"),
+    "plan": ("sarlab.executor.commands.plan_cmd", "main", "cheapest / fastest / best-value strategy, workers and "
+                                                          "resource (simulated)"),
+    "reproduce": ("sarlab.executor.reproduce.reproduce", "main", "regenerate the paper's figures (measured here or "
+                                                                 "simulated, labelled)"),
+    "profile": ("sarlab.executor.profile.command", "main", "memray per rank: flamegraphs, peak summaries, mode "
+                                                           "comparison"),
+    "netbench": ("sarlab.executor.bench.netbench", "main", "measure the links of an emulated cluster network (--net "
+                                                           "veth:...)"),
+    "demo": ("sarlab.executor.commands.demo", "main", "4 workers, GraphSAGE in sar and oneshot on a built-in graph"),
+}
+BENCHES = {"engine": "sarlab.executor.bench.bench", "kernels": "sarlab.executor.bench.kernel_bench",
+           "strategies": "sarlab.executor.bench.strategies",
+           "speed": "sarlab.executor.bench.engine_speed", "network": "sarlab.executor.bench.network_scaling"}
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: sarlab COMMAND [options]   (sarlab COMMAND --help)", "",
+             "Distributed full-batch GNN training with Sequential Aggregation and Rematerialization (SAR).", "",
+             "commands:"]
+    lines += [f"  {name:<{width}}  {help_}" for name, (_, _, help_) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def bench_main(argv: list[str]) -> int:
+    """``sarlab bench engine|kernels|strategies|speed|network ...``."""
+    if not argv or argv[0] not in BENCHES:
+        print(f"usage: sarlab bench {{{','.join(BENCHES)}}} [options]  (sarlab bench engine --help)")
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    return importlib.import_module(BENCHES[argv[0]]).main(argv[1:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if argv else 2
+    if argv[0] not in COMMANDS:
+        print(f"sarlab: unknown command {argv[0]!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module, attribute, _ = COMMANDS[argv[0]]
+    command = getattr(importlib.import_module(module), attribute)
+    from sarlab.data.partition import PartitionError  # the errors a user can cause (the engine is loaded by now)
+    from sarlab.data.validate_data import InputError
+    from sarlab.executor.launch.launcher import LaunchError, WorkerError
+
+    try:
+        return command(argv[1:])
+    except InputError as err:  # bad data or arguments: one line, exit 2 (as argparse does)
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except (PartitionError, LaunchError, WorkerError, ValueError, RuntimeError, FileNotFoundError,
+            ImportError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

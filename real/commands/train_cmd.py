@@ -1,0 +1,131 @@
+"""``sarlab train``: train on N local workers (on loopback or an emulated cluster network), or as one rank under
+``torchrun`` (env:// rendezvous)."""
+from __future__ import annotations
+
+import argparse
+import os
+
+from sarlab.core import checkpoint
+from sarlab.core.comm import check_backend
+from sarlab.core.records import describe
+from sarlab.core.train import TrainConfig
+from sarlab.data.partition import load_manifest
+from sarlab.data.validate_data import check_int
+from sarlab.executor import api
+from sarlab.executor.commands.options import (
+    EPILOG,
+    add_engine_args,
+    add_memory_arg,
+    add_model_args,
+    add_net_arg,
+    add_sampling_args,
+    engine_config,
+    model_config,
+    sampling_config,
+    write_json,
+)
+from sarlab.executor.launch.jobs import FAULT_KINDS, Fault
+from sarlab.executor.launch.lifecycle import interruptible
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sarlab train", epilog=EPILOG,
+                                description="Train on N local workers (or as one rank under torchrun).")
+    p.add_argument("--graph", required=True, help="graph spec or partition directory")
+    p.add_argument("--workers", type=int, default=2, help="local worker processes (default %(default)s)")
+    add_model_args(p)
+    add_engine_args(p)
+    add_sampling_args(p)
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--lr-schedule", default="constant", choices=["constant", "cosine"],
+                   help="constant, or cosine: epoch e of E uses lr (1 + cos(pi e / E)) / 2 (default %(default)s)")
+    p.add_argument("--mfg", action="store_true",
+                   help="message-flow-graph pruning: compute per layer only the rows that reach a training node "
+                        "(same loss and gradients; not with --batchnorm)")
+    p.add_argument("--label-aug", type=float, default=0.0, metavar="RATE",
+                   help="label augmentation: share of the training nodes whose label is an input each epoch (the "
+                        "loss is on the others; at inference every training label is an input) (default 0: off)")
+    p.add_argument("--correct-smooth", nargs="?", const="products", default="", metavar="PRESET",
+                   help="Correct & Smooth on the outputs after the last epoch, with the hyperparameters of the C&S "
+                        "paper's products or arxiv setting (default preset: products); its accuracies are the "
+                        "last epoch's cs_*_acc")
+    p.add_argument("--eval-every", type=int, default=1, help="evaluate every K epochs (0: never)")
+    p.add_argument("--threads", type=int, default=0, help="threads per worker (0: cores // workers)")
+    p.add_argument("--method", default="metis", choices=["metis", "random"], help="partitioning method")
+    p.add_argument("--partition-dir", help="keep the partition here (default: a temporary directory)")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing sarlab partition/checkpoint/model/predictions file of the same kind")
+    p.add_argument("--checkpoint", metavar="DIR",
+                   help="write a checkpoint here (atomically) every K epochs and at the end")
+    p.add_argument("--checkpoint-every", type=int, default=0, metavar="K",
+                   help="checkpoint every K epochs (0: at the end)")
+    p.add_argument("--resume", metavar="DIR", help="continue from the checkpoint in DIR (--epochs is the total)")
+    p.add_argument("--save-model", metavar="PATH", help="write the final weights here (.pt)")
+    p.add_argument("--predict", metavar="PATH",
+                   help="write every node's final logits here (.pt or .npz), in original node order")
+    p.add_argument("--in-dim", type=int, help="expected input feature size (checked against the graph)")
+    p.add_argument("--num-classes", type=int, help="expected number of classes (checked against the graph)")
+    add_net_arg(p)
+    add_memory_arg(p)
+    p.add_argument("--fault", metavar="RANK:EPOCH:KIND",
+                   help=f"deliberate failure, for rehearsing faults: KIND one of {', '.join(FAULT_KINDS)} on RANK at "
+                        "the start of EPOCH (cut: that rank's host link goes down; needs --net veth:...)")
+    p.add_argument("--inject-fault", dest="fault", help=argparse.SUPPRESS)
+    p.add_argument("--json", help="write all metric records (one per rank and epoch) here")
+    return p
+
+
+def check_dims(a: argparse.Namespace, pdir: str) -> None:
+    """The graph's feature and class counts match what the user said the model expects."""
+    m = load_manifest(pdir)
+    if a.in_dim is not None and a.in_dim != m["feature_dim"]:
+        raise SystemExit(f"error: the model expects {a.in_dim} input features but the graph has "
+                         f"{m['feature_dim']}; drop --in-dim or use a matching graph")
+    if a.num_classes is not None and a.num_classes != m["num_classes"]:
+        raise SystemExit(f"error: the model expects {a.num_classes} classes but the graph has "
+                         f"{m['num_classes']}; drop --num-classes or use a matching graph")
+
+
+@interruptible
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    check_int("workers", a.workers, 1)
+    if a.checkpoint:
+        checkpoint.check_checkpoint_dir(a.checkpoint, force=a.force, resume_from=a.resume)
+    resume = checkpoint.load_checkpoint(a.resume) if a.resume else None
+    if a.save_model:
+        checkpoint.check_target(a.save_model, "model", a.force)
+    if a.predict:
+        checkpoint.check_target(a.predict, "predictions", a.force)
+    train_cfg = TrainConfig(epochs=a.epochs, lr=a.lr, weight_decay=a.weight_decay, dtype=a.dtype,
+                            eval_every=a.eval_every, lr_schedule=a.lr_schedule, mfg=a.mfg, label_aug=a.label_aug,
+                            correct_smooth=a.correct_smooth)
+    check_backend(a.backend)
+    fault = Fault.parse(a.fault) if a.fault else None
+
+    sampling = sampling_config(a)
+    engine = engine_config(a, mode="sar" if sampling is not None else None)  # sampling: the exact engine evaluates
+
+    if api.under_torchrun() and a.net.emulated:
+        raise SystemExit("error: --net builds the network of a local launch; under torchrun the ranks use the "
+                         "network torchrun was given (drop --net)")
+
+    def on_partition(pdir: str) -> None:
+        check_dims(a, pdir)
+        if resume is not None:
+            checkpoint.check_compatible(resume, model_config(a), a.dtype, checkpoint.graph_facts(load_manifest(pdir)),
+                                        epochs=a.epochs)
+
+    result = api.run(a.graph, workers=None if api.under_torchrun() else a.workers, model=model_config(a),
+                     train=train_cfg, engine=engine, sampling=sampling, net=a.net, method=a.method,
+                     partition_dir=a.partition_dir, force=a.force, backend=a.backend, timeout_s=a.timeout,
+                     threads=a.threads, port=a.port, memory=a.memory, quiet=False, fault=fault,
+                     checkpoint_dir=a.checkpoint, checkpoint_every=a.checkpoint_every, resume_dir=a.resume,
+                     save_model=a.save_model, predict_path=a.predict, on_partition=on_partition)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun every rank has the records: rank 0 reports them
+        records = result.records.to_dict("records")
+        print(describe(records))
+        write_json(a.json, records)
+    return 0

@@ -1,0 +1,171 @@
+"""A user's own model: checked in the caller, shipped to the workers by value, built there with the run's seed.
+
+A *model function* is a callable taking no argument or ``(in_dim, num_classes)`` (a class works too) that
+returns a ``torch.nn.Module`` whose forward takes ``(graph, x)``, or ``(graph, x, epoch)`` as the built-in
+:class:`~sarlab.nn.model.GNN` does. Its layers reach the other workers only through the graph object
+(``graph.aggregate(Aggregation(...), h)``, ``graph.in_degree``, ``graph.dst(h)``, ``graph.all_reduce``), as in
+single-process code. It is pickled with cloudpickle, so a function or class defined in a notebook cell or in a
+script's ``__main__`` reaches the worker processes. Every rank calls it under the same seed
+(``ModelConfig.seed``), so the replicas start from the same parameters.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import sysconfig
+from collections.abc import Callable
+from dataclasses import dataclass, fields, is_dataclass
+from types import ModuleType
+
+import cloudpickle
+import torch
+from torch import nn
+
+from sarlab.core.train import DTYPES, Trainer
+from sarlab.data.validate_data import InputError
+
+
+@dataclass(frozen=True)
+class CustomModelConfig:
+    """What the training loop and the metric records read from ``model.cfg`` for a user's model: its name
+    (``custom:ClassName``, the records' ``model`` column) and seed; the architecture columns are unknown (0)."""
+
+    model: str
+    layers: int = 0
+    hidden: int = 0
+    aggr: str = ""
+    heads: int = 0
+    self_loops: bool = False
+    bases: int = 0
+    dropout: float = 0.0
+    batchnorm: bool = False
+    seed: int = 0
+
+
+#: top-level packages the workers import themselves (never shipped by value)
+_OURS = ("sarlab", "real", "kernels", "simulator")
+
+
+def _user_module(model_fn: Callable) -> ModuleType | None:
+    """The module that defines ``model_fn`` when it is the user's own code (not ``__main__``, which cloudpickle
+    ships by value anyway, nor an installed library or sarlab): a worker may not find it on its path."""
+    name = getattr(model_fn, "__module__", None) or ""
+    module = sys.modules.get(name)
+    if module is None or name == "__main__" or name.partition(".")[0] in _OURS:
+        return None
+    origin = os.path.abspath(getattr(module, "__file__", None) or "")
+    installed = [sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    if not origin or any(origin.startswith(os.path.abspath(p) + os.sep) for p in installed):
+        return None
+    return module
+
+
+def pack(model_fn: Callable) -> bytes:
+    """``model_fn`` as bytes, by cloudpickle; the module defining it travels by value when it is the user's own
+    (a notebook cell, a script's ``__main__``, a file beside it), by reference when it is an installed library.
+    """
+    if not callable(model_fn):
+        raise InputError(f"model_fn must be a callable returning a torch.nn.Module, got {type(model_fn).__name__}")
+    module = _user_module(model_fn)
+    if module is not None:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        return cloudpickle.dumps(model_fn)
+    except Exception as err:
+        raise InputError(f"model_fn cannot be shipped to the workers: pickling it failed ({err.__class__.__name__}: "
+                         f"{err}); build unpicklable things (open files, locks, process groups) inside it") from err
+    finally:
+        if module is not None:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+def unpack(blob: bytes) -> Callable:
+    """The model function :func:`pack` packed."""
+    return cloudpickle.loads(blob)
+
+
+def _wants_dims(model_fn: Callable) -> bool:
+    """True when ``model_fn`` takes ``(in_dim, num_classes)``, False when it takes nothing."""
+    try:
+        params = list(inspect.signature(model_fn).parameters.values())
+    except (TypeError, ValueError):  # no signature to read (a builtin): call it without arguments
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if any(p.kind == p.VAR_POSITIONAL for p in params) or len(positional) >= 2:
+        return True
+    if any(p.default is p.empty for p in positional):
+        raise InputError(f"model_fn {_name(model_fn)} takes one argument; it must take none or "
+                         "(in_dim, num_classes)")
+    return False
+
+
+def _name(model_fn: Callable) -> str:
+    return getattr(model_fn, "__qualname__", None) or type(model_fn).__name__
+
+
+def build(model_fn: Callable, in_dim: int, num_classes: int, seed: int, dtype: str = "float32") -> nn.Module:
+    """Call ``model_fn`` under ``torch.manual_seed(seed)`` (the global RNG is left as it was) and return its
+    module in ``dtype``; :class:`InputError` if the call fails or returns something that is not a Module.
+
+    Args:
+        model_fn: see the module docstring.
+        in_dim, num_classes: the graph's input feature size and number of classes.
+        seed: initialisation seed (every rank uses the same).
+        dtype: ``float32`` or ``float64``.
+    """
+    wants_dims = _wants_dims(model_fn)
+    try:
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            module = model_fn(in_dim, num_classes) if wants_dims else model_fn()
+    except InputError:
+        raise
+    except Exception as err:
+        raise InputError(f"model_fn {_name(model_fn)} failed when called with "
+                         f"{f'(in_dim={in_dim}, num_classes={num_classes})' if wants_dims else 'no arguments'}: "
+                         f"{err.__class__.__name__}: {err}") from err
+    if not isinstance(module, nn.Module):
+        raise InputError(f"model_fn {_name(model_fn)} returned {type(module).__name__}, not a torch.nn.Module")
+    return module.to(DTYPES[dtype])
+
+
+def config_of(module: nn.Module, seed: int):
+    """The ``cfg`` the training loop reads: the module's own when it has a model config (a subclass of the
+    built-in GNN), else a :class:`CustomModelConfig`; :class:`InputError` for an unrelated ``cfg`` attribute."""
+    own = getattr(module, "cfg", None)
+    if own is None:
+        return CustomModelConfig(model=f"custom:{type(module).__name__}", seed=seed)
+    names = {f.name for f in fields(own)} if is_dataclass(own) else set()
+    if {"model", "seed"} <= names:
+        return own
+    raise InputError(f"{type(module).__name__} has an attribute `cfg`, which the training loop reads as the model's "
+                     "configuration; rename it")
+
+
+def _takes_epoch(module: nn.Module) -> bool:
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 3 or any(p.kind == p.VAR_POSITIONAL for p in params)
+
+
+def _graph_and_x(module: nn.Module, args: tuple) -> tuple:
+    """Forward pre-hook: pass ``(graph, x)`` to a forward that takes no epoch."""
+    return args[:2]
+
+
+def install(trainer: Trainer, model_fn: Callable, seed: int) -> None:
+    """Replace the trainer's built-in model by the one ``model_fn`` builds (same seed on every rank), with a
+    fresh Adam over its parameters (the trainer's learning rate and weight decay)."""
+    cfg = trainer.train_cfg
+    in_dim = trainer.part.feature_dim + (trainer.part.num_classes if cfg.label_aug else 0)
+    module = build(model_fn, in_dim, trainer.part.num_classes, seed, cfg.dtype)
+    module.cfg = config_of(module, seed)
+    if not _takes_epoch(module):
+        module.register_forward_pre_hook(_graph_and_x)
+    trainer.model = module
+    trainer.params = list(module.parameters())
+    trainer.opt = torch.optim.Adam(trainer.params, lr=cfg.lr, weight_decay=cfg.weight_decay)

@@ -1,0 +1,110 @@
+"""What a worker is asked to do: a frozen description shipped to every rank."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sarlab.core.config import EngineConfig, SamplingConfig
+from sarlab.core.memory import METHODS as MEMORY_METHODS
+from sarlab.core.train import TrainConfig
+from sarlab.data.validate_data import InputError, check_int, check_real
+from sarlab.nn.model import ModelConfig
+
+JOB_KINDS = ("train", "verify")
+FAULT_KINDS = ("raise", "sigkill", "hang", "cut")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Deliberate failure for testing fault handling: ``kind`` on ``rank`` at the start of ``epoch``.
+
+    Kinds: ``raise`` (an exception), ``sigkill`` (the process dies), ``hang`` (it stops answering), ``cut`` (its
+    host's network link goes down; needs an emulated network).
+    """
+
+    rank: int
+    epoch: int
+    kind: str = "raise"
+
+    @classmethod
+    def parse(cls, text: str) -> Fault:
+        try:
+            rank, epoch, kind = text.split(":")
+            fault = cls(int(rank), int(epoch), kind)
+        except ValueError as err:
+            raise ValueError(f"fault must be RANK:EPOCH:KIND (e.g. 1:2:cut), got {text!r}") from err
+        if fault.rank < 0 or fault.epoch < 0:
+            raise ValueError(f"fault rank and epoch must be >= 0, got {text!r}")
+        if fault.kind not in FAULT_KINDS:
+            raise ValueError(f"fault kind must be one of {', '.join(FAULT_KINDS)}, got {fault.kind!r}")
+        return fault
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything a rank needs: the partition, model, optimisation and engine settings.
+
+    Args:
+        kind: ``train`` (epochs, metric records) or ``verify`` (one forward/backward, outputs and grads).
+        partition_dir: partition directory (its part count must equal the world size).
+        model: model architecture.
+        train: optimisation settings.
+        engine: aggregation mode and prefetch.
+        backend: torch.distributed backend.
+        timeout_s: bound on any collective or point-to-point wait, and on rendezvous.
+        threads: intra-op threads per worker (0: cores // workers).
+        fault: optional injected failure (tests).
+        quiet: rank 0 prints no per-epoch progress.
+        label: free text copied into every metric record.
+        variants: for ``verify``: several (model, engine, dtype) to check in one process group.
+        memray_dir: if set, every rank records its allocations with memray into ``rank{r}.bin`` there
+            (from after set-up to the end of training).
+        net: the network the ranks talk over, as a spec (set by the launcher; ``env`` under torchrun); copied
+            into every metric record's ``net`` column.
+        memory: peak-memory method of the workers, ``live`` (counting allocator with a bounded block cache:
+            fast) or ``rss`` (VmHWM with every large tensor on fresh pages: exact, slower); see
+            :mod:`sarlab.core.memory`. Recorded in every record's ``mem_method`` column.
+        sampling: train on sampled mini-batches (``--mode sampling``, :mod:`sarlab.strategies.minibatch`) instead of
+        full-batch
+            ``engine.mode``; the exact engine then only evaluates.
+        model_factory: a user's model function packed by :func:`sarlab.executor.launch.custom_model.pack` (cloudpickle);
+        every rank
+            builds its model from it with ``model.seed`` instead of the built-in ``model`` (not with sampling or
+            MFG).
+    """
+
+    kind: str
+    partition_dir: str
+    model: ModelConfig
+    train: TrainConfig
+    engine: EngineConfig
+    backend: str = "gloo"
+    timeout_s: float = 60.0
+    threads: int = 0
+    fault: Fault | None = None
+    quiet: bool = False
+    label: str = ""
+    variants: tuple = ()
+    memray_dir: str | None = None
+    net: str = "loopback"
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    resume_dir: str | None = None
+    save_model: str | None = None
+    predict: str | None = None
+    force: bool = False
+    memory: str = "live"
+    sampling: SamplingConfig | None = None
+    model_factory: bytes | None = None
+
+    def __post_init__(self):
+        check_real("timeout", self.timeout_s, 0.0, inclusive=False)
+        check_int("threads", self.threads, 0)
+        check_int("checkpoint_every (0: at the end only)", self.checkpoint_every, 0)
+        if self.memory not in MEMORY_METHODS:
+            raise ValueError(f"memory method must be one of {', '.join(MEMORY_METHODS)}, got {self.memory!r}")
+        if self.model_factory is not None and (self.sampling is not None or self.train.mfg):
+            raise InputError("a custom model (model_fn) trains full-batch without MFG pruning: drop sampling / mfg")
+
+    def all_variants(self) -> tuple:
+        """``(ModelConfig, EngineConfig, dtype)`` triples a verify job runs (default: the job's own)."""
+        return self.variants or ((self.model, self.engine, self.train.dtype),)

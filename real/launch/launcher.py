@@ -1,0 +1,256 @@
+"""Launch N worker processes on loopback or on an emulated cluster network, watch them, and report which rank failed
+and why; on every way out (success, a failed rank, SIGINT/SIGTERM) stop every worker and remove what the run made.
+
+Workers are ``python -m sarlab.executor.launch.worker_entry RUNDIR RANK`` processes in sessions of their own (a Ctrl-C
+on the terminal reaches only the launcher, which stops them), each asking the kernel to kill it when the launcher dies.
+They rendezvous with env:// semantics: on ``loopback`` at a store the launcher hosts on 127.0.0.1, on ``veth`` at rank
+0's store on host 0's address, as torchrun ranks on real hosts do.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import pickle
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+
+import torch
+import torch.distributed as dist
+
+from sarlab.core.comm import check_backend
+from sarlab.data.partition import PartitionError, check_partition, load_manifest
+from sarlab.data.validate_data import InputError, check_int
+from sarlab.executor.launch import netns
+from sarlab.executor.launch.jobs import Fault, Job
+from sarlab.executor.launch.lifecycle import signals_deferred, signals_raise
+from sarlab.executor.launch.netspec import NetSpec
+from sarlab.paths import package_parent
+
+_PACKAGE_ROOT = str(package_parent())  # what a worker needs on PYTHONPATH
+
+
+class LaunchError(RuntimeError):
+    """The run could not start (bad input, busy port, unavailable backend)."""
+
+
+class WorkerError(RuntimeError):
+    """A worker failed; ``rank`` and ``reason`` say which and why (with the child's traceback)."""
+
+    def __init__(self, rank: int, reason: str):
+        super().__init__(f"rank {rank} failed: {reason}")
+        self.rank, self.reason = rank, reason
+
+
+def validate(job: Job, world: int, net: NetSpec | None = None) -> dict:
+    """Check everything that can be checked before any compute or network set-up; returns the manifest."""
+    check_int("workers", world, 1)
+    check_backend(job.backend)
+    manifest = load_manifest(job.partition_dir)
+    if manifest["num_parts"] != world:
+        raise PartitionError(f"{job.partition_dir} has {manifest['num_parts']} parts but {world} workers were "
+                             f"requested; use --workers {manifest['num_parts']} or re-partition into {world} parts")
+    check_partition(job.partition_dir, manifest)  # one part at a time: files, checksums, arrays, labels
+    preflight(world, net, job.fault, job.timeout_s)
+    return manifest
+
+
+def preflight(world: int, net: NetSpec | None = None, fault: Fault | None = None,
+              timeout_s: float | None = None) -> None:
+    """The checks of a launch that need no partition: ``world`` and ``timeout_s`` are sane, the network spec fits
+    ``world`` workers and this machine can build it (root, ``ip``, ``tc``, kernel features), and the fault names a
+    rank and a network it can use."""
+    if isinstance(world, bool) or not isinstance(world, int) or world < 1:
+        raise InputError(f"workers must be an integer >= 1, got {world!r}")
+    if timeout_s is not None and not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise InputError(f"timeout must be a finite number > 0 (seconds), got {timeout_s!r}")
+    net = net or NetSpec()
+    net.hosts_for(world)
+    if fault is not None and not 0 <= fault.rank < world:
+        raise InputError(f"fault on rank {fault.rank}, but the ranks are 0..{world - 1}")
+    if fault is not None and fault.kind == "cut" and not net.emulated:
+        raise InputError("the `cut` fault takes a link down, so it needs an emulated network: add "
+                         "--net veth:rate=RATE")
+    if net.emulated:
+        netns.check_host()
+
+
+def _open_store(host: str, port: int, timeout_s: float):
+    try:
+        return dist.TCPStore(host, port, world_size=None, is_master=True,
+                             timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
+    except (RuntimeError, OSError) as err:
+        text = str(err).splitlines()[0] if str(err) else err.__class__.__name__
+        raise LaunchError(f"cannot open the rendezvous port {host}:{port} ({text}); the port is busy or not "
+                          "bindable: pass --port 0 to pick a free one, or another port") from err
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def launch(job: Job, world: int, host: str = "127.0.0.1", port: int = 0, grace_s: float = 5.0,
+           run_timeout_s: float | None = None, net: NetSpec | str | None = None, log=print):
+    """Run ``job`` on ``world`` local processes; returns rank 0's gathered result.
+
+    If a worker fails (exception or signal), the others are stopped at once and :class:`WorkerError` names the
+    rank, how it ended and its traceback; with an emulated network, a rank whose link is down is named as
+    unreachable. ``run_timeout_s`` bounds the whole run. SIGINT/SIGTERM raise
+    :class:`~sarlab.executor.launch.lifecycle.Interrupted` after the same clean-up.
+
+    Args:
+        net: ``loopback`` (default: ``host``/``port`` are the rendezvous store's) or an emulated network spec
+            ``veth:rate=R[,hosts=H]`` (needs root; ``host``/``port`` are then unused).
+        log: where the launcher's one-line notes go (network set-up, leftovers it removed).
+    """
+    net = NetSpec.parse(net)
+    validate(job, world, net)
+    job = replace(job, net=str(net))
+    network = None
+    if net.emulated:
+        netns.remove_leftovers(log)
+        network = netns.EmulatedNetwork(net, world)
+    else:
+        netns.remove_stale_rundirs(log)
+    procs: list[subprocess.Popen] = []
+    store = None
+    rundir = tempfile.mkdtemp(prefix=f"{netns.PREFIX}-run-{os.getpid()}-")
+    try:
+        with signals_raise():
+            if network is not None:
+                network.create()
+                if not job.quiet:
+                    log(f"network: {network.describe()}")
+            else:
+                store = _open_store(host, port, job.timeout_s)
+                port = store.port
+            with open(os.path.join(rundir, "job.pkl"), "wb") as f:
+                pickle.dump({"job": job, "world": world}, f)
+            for rank in range(world):
+                procs.append(_start(rank, world, rundir, network, host, port))
+            _watch(procs, network, rundir, grace_s, run_timeout_s)
+            result = os.path.join(rundir, "result")
+            if job.kind == "verify":
+                return torch.load(result, weights_only=True)
+            with open(result) as f:
+                return json.load(f)
+    finally:
+        with signals_deferred():  # a second signal must not cut the clean-up short
+            try:
+                stop_workers(procs, grace_s)
+            finally:
+                del store
+                if network is not None:
+                    network.destroy()
+                shutil.rmtree(rundir, ignore_errors=True)
+
+
+def worker_env(rank: int, world: int, host: str, port: int) -> dict[str, str]:
+    """The environment of a process this launcher starts: ours, plus the env:// variables of ``rank``, the
+    launcher's pid (the process dies with it) and a PYTHONPATH that finds this package."""
+    env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+               MASTER_ADDR=host, MASTER_PORT=str(port), LOCAL_RANK=str(rank),
+               SARLAB_LAUNCHER_PID=str(os.getpid()),
+               PYTHONPATH=os.pathsep.join(filter(None, [_PACKAGE_ROOT, os.environ.get("PYTHONPATH")])))
+    for key in ("SARLAB_STORE_HOST_RANK0", "TORCHELASTIC_USE_AGENT_STORE", "GLOO_SOCKET_IFNAME"):
+        env.pop(key, None)
+    return env
+
+
+def _start(rank: int, world: int, rundir: str, network: netns.EmulatedNetwork | None, host: str,
+           port: int) -> subprocess.Popen:
+    env = worker_env(rank, world, host, port)
+    prefix: list[str] = []
+    if network is not None:
+        env.update(network.env(rank), LOCAL_WORLD_SIZE=str(network.per_host), SARLAB_STORE_HOST_RANK0="1")
+        prefix = network.command(rank)
+    return subprocess.Popen([*prefix, sys.executable, "-m", "sarlab.executor.launch.worker_entry", rundir,
+                             str(rank)], env=env,
+                            start_new_session=True)
+
+
+def _watch(procs: list[subprocess.Popen], network, rundir: str, grace_s: float,
+           run_timeout_s: float | None) -> None:
+    start = time.monotonic()
+    while True:
+        codes = [p.poll() for p in procs]
+        failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+        if failed:
+            down = network.hosts_down() if network is not None else []
+            stop_workers(procs, grace_s)
+            raise _failure(failed, [p.returncode for p in procs], rundir, network, down)
+        if all(c == 0 for c in codes):
+            return
+        if run_timeout_s is not None and time.monotonic() - start > run_timeout_s:
+            stop_workers(procs, grace_s)
+            raise WorkerError(-1, f"run exceeded {run_timeout_s:g}s and was stopped")
+        time.sleep(0.05)
+
+
+def _failure(failed: list[int], codes: list, rundir: str, network=None, down: list[int] | None = None) -> WorkerError:
+    """Name the rank(s) whose link is down first; else prefer the rank that raised (it has a traceback) over ranks
+    that died of the aftermath."""
+    def traceback_of(rank: int) -> str | None:
+        path = os.path.join(rundir, f"rank{rank}.err")
+        if os.path.exists(path):
+            with open(path) as f:
+                return f.read()
+        return None
+
+    if down:
+        unreachable = [r for h in down for r in network.ranks_on(h)]
+        hosts = ", ".join(f"host {h} ({network.namespace(h)})" for h in down)
+        reason = (f"unreachable: the network link of {hosts} is down; rank(s) {unreachable} could not be reached "
+                  f"and every rank stopped (exit codes {dict(enumerate(codes))})")
+        return WorkerError(unreachable[0], reason)
+    aftermath = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+    signalled = [r for r in failed if codes[r] < 0]
+    root = [r for r in failed if codes[r] > 0 and not any(m in (traceback_of(r) or "") for m in aftermath)]
+    rank = (signalled or root or failed)[0]
+    reason = _describe_exit(codes[rank])
+    text = traceback_of(rank)
+    if text:
+        reason += "\n" + text.rstrip()
+    others = [r for r in failed if r != rank]
+    if others:
+        reason += f"\n(rank(s) {others} also exited non-zero)"
+    return WorkerError(rank, reason)
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)  # the worker leads its own session: this reaches anything it started
+    except ProcessLookupError:
+        pass
+
+
+def stop_workers(procs: list[subprocess.Popen], grace_s: float = 5.0) -> None:
+    """SIGTERM every running worker, SIGKILL what is left after ``grace_s``, and reap them all."""
+    alive = [p for p in procs if p.poll() is None]
+    for p in alive:
+        _signal_group(p, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for p in alive:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal_group(p, signal.SIGKILL)
+            p.wait(10)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]

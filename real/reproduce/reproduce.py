@@ -1,0 +1,226 @@
+"""``sarlab reproduce``: regenerate the SAR paper's figures 2-8 and its accuracy table as plan -> units ->
+figures, measured where this machine can run them and simulated where it cannot, each labelled on its face.
+
+The plan (:mod:`sarlab.executor.reproduce.reproduce_plan`) lists steps and their units with parameters; each unit is a
+Python call (:mod:`sarlab.executor.reproduce.reproduce_units`) that draws with :mod:`sarlab.simulator.studies.figures`;
+:mod:`sarlab.executor.reproduce.step_cache` skips finished work.
+
+Steps, in this order (``--only`` picks some; ``fig3`` and ``fig4`` name ``fig3_fig4``, ``fig5`` and ``fig6``
+name ``fig5_fig6``):
+
+* ``fig2``: one GAT layer, forward and backward time and peak memory against heads 2/4/8: the engine's own
+  ``sarlab.nn.GATConv`` with the fused C++ kernels and unfused, vs PyG's ``GATConv`` (vs DGL's where it
+  imports). Measured with :mod:`sarlab.executor.bench.kernel_bench`.
+* ``fig3_fig4``: 3-layer GraphSAGE (hidden 256) and 3-layer GAT (hidden 128 = 4 heads x 32), epoch time and
+  peak memory per worker against N; ``sar`` vs vanilla domain parallel (``oneshot``), GAT also ``sar`` with
+  the fused kernels. (a) measured here with :mod:`sarlab.executor.bench.bench` on a products-like synthetic graph (mean
+  degree 50, 100 features, 47 classes) at N = 2, 4, 8; (b) simulated for ogbn-products at N = 4, 8, 16 on a
+  machine profile (default: the ``icelake-hdr200`` preset, the paper's cluster).
+* ``fig5_fig6``: the same models on ogbn-papers100M at N = 32, 64, 128, simulated, with the memory scaling
+  (memory at the smallest N / memory at N) on a second axis and an OOM marker where one host's workers would
+  need more than the profile's memory per host.
+* ``fig7``: 3-layer R-GCN (hidden 256): measured here on an ogbn-mag-like heterogeneous graph at N = 2, 4, 8
+  (:mod:`sarlab.executor.reproduce.fig7`), simulated on ogbn-mag at N = 4, 8, 16 (:mod:`sarlab.simulator.studies.fig7`).
+* ``fig8``: training curves with and without label augmentation and MFG pruning, and MFG's epoch time, memory
+  and bytes against the label rate, measured on a products-like graph with few labels
+  (:mod:`sarlab.executor.reproduce.fig8`).
+* ``accuracy``: GCN, SAGE, GAT, plain / + label augmentation / + C&S, mean and std over seeds, on Cora and a
+  products-like graph, with an N = 4 check (:mod:`sarlab.executor.reproduce.accuracy_table`).
+
+Every unit of work (one figure) writes a PNG, the numbers it draws as a CSV beside it, and its entry in the
+step manifest ``reproduce_<step>.json``: the parameters, whether it is measured or simulated, and where
+(CPU model and date, or the profile). A step whose manifest matches the current parameters and whose
+outputs exist is skipped; ``--force`` re-runs it. An interrupted step keeps its finished units. The
+simulator's source files count as a parameter of simulated units (they are cheap and must match the model
+in the tree); the engine's do not (measured runs are long).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from sarlab.executor.reproduce.reproduce_plan import REPO, STEPS, build_plan, select_steps, unit_outputs
+from sarlab.executor.reproduce.reproduce_units import Log, run_fig2, run_measured, run_simulated
+from sarlab.executor.reproduce.step_cache import (
+    MANIFEST_VERSION,
+    params_sha,
+    read_manifest,
+    step_current,
+    unit_current,
+    write_manifest,
+)
+from sarlab.simulator.studies.figures import SIMULATED
+
+DEFAULT_OUT = REPO / ".cache" / "reproduce"
+
+
+class Progress:
+    """A one-line progress bar over all units of the selected steps, printed at each change."""
+
+    def __init__(self, total: int, width: int = 24):
+        self.total, self.done, self.width, self.start = max(total, 1), 0, width, time.perf_counter()
+
+    def line(self, text: str) -> str:
+        filled = round(self.width * self.done / self.total)
+        return (f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} "
+                f"{time.perf_counter() - self.start:6.0f}s  {text}")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="sarlab reproduce",
+        description="Regenerate the SAR paper's figures 2-8 and accuracy table into --out: measured on this machine "
+        "where it can run them (figure 2: one GAT layer; figures 3a/4a: a products-like synthetic graph at N=2,4,8), "
+        "simulated with the SimPy model where it cannot (figures 3b/4b: ogbn-products at N=4,8,16; figures "
+        "5/6: ogbn-papers100M at N=32,64,128; figure 7b: ogbn-mag at N=4,8,16; figures 7a/8 and the accuracy table: "
+        "measured on synthetic graphs and Cora). Each figure says on its face whether it is measured (CPU "
+        "model, date) or simulated (profile); a CSV of its numbers lies beside it; reproduce_<step>.json "
+        "records the parameters. Finished steps are skipped unless --force or their parameters changed.",
+        epilog=f"Steps: {', '.join(STEPS)} (fig3/fig4 and fig5/fig6 name the step that draws them).")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="tiny versions of every step (about a minute on 2 cores)")
+    size.add_argument("--full", action="store_true", help="the real run (the default; about 1.5-2 hours on 2 cores, "
+                      "most of it fig8 and accuracy)")
+    p.add_argument("--out", help=f"output directory (default {DEFAULT_OUT.relative_to(REPO)}/<quick|full> in the "
+                   "repository, not committed; pass --out results to update the committed figures)")
+    p.add_argument("--force", action="store_true", help="re-run the selected steps even when up to date")
+    p.add_argument("--only", help=f"comma list of steps to run ({', '.join(STEPS)}; or fig2..fig8)")
+    p.add_argument("--profile", default="icelake-hdr200",
+                   help="machine profile of the simulated figures: preset or profile JSON (default %(default)s)")
+    p.add_argument("--cache", help="partition cache of the measured runs (default: .cache/partitions in the "
+                   "repository for --full, a temporary directory for --quick)")
+    p.add_argument("--dry-run", action="store_true", help="say which steps and units would run, run nothing")
+    p.add_argument("--json", metavar="PATH", help="write a machine-readable summary of what ran here")
+    return p.parse_args(argv)
+
+
+def run_unit(unit: str, params: dict[str, Any], out: Path, cache: Path | None, log: Log) -> dict[str, Any]:
+    """Run one unit (a scratch directory under ``out`` holds what it needs only while it runs); returns its
+    provenance."""
+    if params["kind"] == SIMULATED:
+        return run_simulated(unit, params, out, log)
+    work = Path(tempfile.mkdtemp(prefix=f".reproduce-{unit}-", dir=out))
+    try:
+        if params["figure"] == "fig2":
+            return run_fig2(unit, params, out, work, log)
+        return run_measured(unit, params, out, cache or (work / "partitions"), log)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``sarlab reproduce``; returns 0 when every selected step is up to date or ran, 1 when one failed."""
+    args = parse_args(argv)
+    try:
+        steps = select_steps(args.only)
+        plan = build_plan(args.quick, args.profile)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else DEFAULT_OUT / ("quick" if args.quick else "full")
+    out.mkdir(parents=True, exist_ok=True)
+    cache = Path(args.cache) if args.cache else (None if args.quick else REPO / ".cache" / "partitions")
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    todo: dict[str, list[str]] = {}
+    for step in steps:
+        manifest = read_manifest(out, step)
+        outputs = {u: unit_outputs(u, p) for u, p in plan[step].items()}
+        if not args.force and step_current(manifest, plan[step], outputs, out):
+            todo[step] = []
+        else:
+            entries = manifest.get("units", {})
+            todo[step] = [u for u, p in plan[step].items()
+                          if args.force or not unit_current(entries.get(u), p, outputs[u], out)]
+    progress = Progress(sum(len(plan[s]) for s in steps))
+    run_name = "quick" if args.quick else "full"
+    log(f"sarlab reproduce --{run_name} -> {out.resolve()}")
+    summary: dict[str, Any] = {"out": str(out.resolve()), "run": run_name, "steps": []}
+    if args.dry_run:
+        for step in steps:
+            state = "up to date" if not todo[step] else f"would run {', '.join(todo[step])}"
+            log(f"  {step}: {state}")
+            summary["steps"].append({"step": step, "status": "up-to-date" if not todo[step] else "would-run",
+                                     "units": todo[step]})
+        _write_summary(args.json, summary, ok=True)
+        return 0
+    failed = False
+    for step in steps:
+        units = plan[step]
+        t_step = time.perf_counter()
+        record: dict[str, Any] = {"step": step, "units": []}
+        if not todo[step]:
+            progress.done += len(units)
+            log(progress.line(f"{step}: up to date (reproduce_{step}.json), skipped; --force re-runs it"))
+            record.update(status="up-to-date", seconds=0.0)
+            summary["steps"].append(record)
+            continue
+        old = read_manifest(out, step)
+        keep = {u: e for u, e in old.get("units", {}).items() if u in units and u not in todo[step]}
+        manifest = {"format_version": MANIFEST_VERSION, "step": step, "run": run_name, "complete": False,
+                    "params_sha": params_sha(units), "command": "sarlab reproduce --" + run_name + f" --only {step}",
+                    "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "units": keep}
+        write_manifest(out, step, manifest)
+        step_failed = False
+        for unit, params in units.items():
+            outputs = unit_outputs(unit, params)
+            if unit not in todo[step]:
+                progress.done += 1
+                log(progress.line(f"{unit} ({params['kind']}): up to date, kept"))
+                record["units"].append({"unit": unit, "status": "up-to-date", "kind": params["kind"],
+                                        "outputs": outputs})
+                continue
+            log(progress.line(f"{unit} ({params['kind']}) ..."))
+            t0 = time.perf_counter()
+            try:
+                provenance = run_unit(unit, params, out, cache, log)
+            except Exception as err:  # one unit failing must not lose the others: report it and go on
+                step_failed = failed = True
+                log(f"FAILED {unit}: {type(err).__name__}: {err}\n{traceback.format_exc()}")
+                record["units"].append({"unit": unit, "status": "failed", "kind": params["kind"],
+                                        "error": f"{type(err).__name__}: {err}"})
+                progress.done += 1
+                continue
+            seconds = time.perf_counter() - t0
+            manifest["units"][unit] = {
+                "kind": params["kind"], "figure": params["figure"], "params": params, "params_sha": params_sha(params),
+                "outputs": outputs, "provenance": provenance, "seconds": round(seconds, 1),
+                "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+            write_manifest(out, step, manifest)
+            progress.done += 1
+            log(progress.line(f"{unit} ({params['kind']}) done in {seconds:.0f}s: {', '.join(outputs)}"))
+            record["units"].append({"unit": unit, "status": "ran", "kind": params["kind"], "outputs": outputs,
+                                    "seconds": round(seconds, 1)})
+        manifest["complete"] = not step_failed
+        manifest["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        manifest["seconds"] = round(time.perf_counter() - t_step, 1)
+        manifest["outputs"] = {f: k for u in units if u in manifest["units"]
+                               for f, k in unit_outputs(u, units[u]).items()}
+        write_manifest(out, step, manifest)
+        record.update(status="failed" if step_failed else "ran", seconds=manifest["seconds"])
+        summary["steps"].append(record)
+    log(progress.line("failed: see FAILED above" if failed else "all steps done"))
+    _write_summary(args.json, summary, ok=not failed)
+    return 1 if failed else 0
+
+
+def _write_summary(path: str | None, summary: dict[str, Any], ok: bool) -> None:
+    if not path:
+        return
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps({**summary, "ok": ok}, indent=1, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,248 @@
+"""Training state on disk: checkpoints to resume from, final model weights, per-node predictions.
+
+Every file is written to a temporary name in its directory, flushed to disk and renamed over its target, so
+a crash leaves the previous file whole, never a half-written one. Every file loads with
+``torch.load(weights_only=True)`` (tensors, numbers, strings, lists and dicts; nothing is unpickled).
+
+What a checkpoint holds does not depend on the partition: parameters, BatchNorm statistics and Adam's state
+are replicated on every rank, and the only randomness of the built-in models, dropout, is a hash of
+(seed, epoch, layer, original node id, feature). So rank 0 writes, every rank reads the same file, and a run
+resumes on any number of workers. The global torch RNG state is saved and restored too, for models that draw
+from it (the built-in ones do not: their initialisation uses a forked RNG seeded by ``ModelConfig.seed``).
+
+Args common to the writers: ``force`` allows replacing an existing file of the same kind (never anything
+else; see :func:`check_target`).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import asdict, is_dataclass
+
+import numpy as np
+import torch
+
+from sarlab.data.validate_data import InputError
+from sarlab.nn.model import GNN, ModelConfig
+
+CHECKPOINT_FILE = "checkpoint.pt"
+FORMAT_VERSION = 1
+KINDS = {"checkpoint": "sarlab-checkpoint", "model": "sarlab-model", "predictions": "sarlab-predictions"}
+#: manifest fields that identify a graph whatever its partition
+GRAPH_FACTS = ("graph", "num_nodes", "num_edges", "feature_dim", "num_classes", "train_nodes")
+
+
+class CheckpointError(InputError):
+    """A checkpoint, model or prediction file is missing, foreign, or does not fit the run."""
+
+
+def graph_facts(manifest: dict) -> dict:
+    """The partition-independent facts of a partition's manifest that a checkpoint must agree with."""
+    return {k: manifest[k] for k in GRAPH_FACTS if k in manifest}
+
+
+def fingerprint(model_cfg, dtype: str, facts: dict) -> dict:
+    """What a resumed run must share with the run that wrote the checkpoint: the model's architecture and
+    seed, the dtype, and the graph (see :func:`graph_facts`)."""
+    model = asdict(model_cfg) if is_dataclass(model_cfg) else {"model": type(model_cfg).__qualname__}
+    return {"model": model, "dtype": dtype, "graph": dict(facts)}
+
+
+def _differences(saved: dict, current: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key in sorted(set(saved) | set(current)):
+        a, b = saved.get(key), current.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: checkpoint {a!r}, this run {b!r}")
+    return out
+
+
+def _file_kind(path: str) -> str | None:
+    """``checkpoint``/``model``/``predictions`` for a file sarlab wrote, else None."""
+    try:
+        if path.endswith(".npz"):
+            with np.load(path, allow_pickle=False) as z:
+                tag = str(z["format"]) if "format" in z.files else None
+        else:
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+            tag = obj.get("format") if isinstance(obj, dict) else None
+    except Exception:  # unreadable, not a zip/pickle, or holding objects weights_only refuses: not ours
+        return None
+    return next((kind for kind, value in KINDS.items() if value == tag), None)
+
+
+def check_target(path: str, kind: str, force: bool = False) -> None:
+    """Refuse to write ``path`` unless it is new, or a sarlab file of the same ``kind`` and ``force`` is given.
+
+    A directory, a link, or a file sarlab did not write is refused even with ``force``.
+    """
+    if os.path.islink(path) or os.path.isdir(path):
+        raise CheckpointError(f"{path!r} is a {'link' if os.path.islink(path) else 'directory'}; give a file path")
+    if not os.path.exists(path):
+        return
+    found = _file_kind(path)
+    if found != kind:
+        what = f"a sarlab {found} file" if found else "not a file sarlab wrote"
+        raise CheckpointError(f"{path!r} exists and is {what}; refusing to overwrite it with a {kind}: choose "
+                              "another path")
+    if not force:
+        raise CheckpointError(f"{path!r} already holds a sarlab {kind}; pass --force (force=True) to replace it")
+
+
+def check_checkpoint_dir(directory: str, force: bool = False, resume_from: str | None = None) -> None:
+    """Before a run: ``directory`` may receive checkpoints.
+
+    Allowed: a new or empty directory; one holding only a checkpoint when it is the one being resumed from
+    (a run that continues its own checkpoints) or with ``force``. Refused: a file, a link, a directory with
+    anything else in it.
+    """
+    if os.path.islink(directory) or (os.path.exists(directory) and not os.path.isdir(directory)):
+        raise CheckpointError(f"checkpoint directory {directory!r} is a file or a link; choose a directory path")
+    if not os.path.isdir(directory):
+        return
+    entries = [e for e in os.listdir(directory) if not e.startswith(".checkpoint-")]
+    foreign = [e for e in entries if e != CHECKPOINT_FILE]
+    if foreign:
+        raise CheckpointError(f"checkpoint directory {directory!r} holds files sarlab did not write "
+                              f"({', '.join(sorted(foreign)[:5])}); choose a new or empty directory")
+    if not entries:
+        return
+    own = os.path.join(directory, CHECKPOINT_FILE)
+    if _file_kind(own) != "checkpoint":
+        raise CheckpointError(f"{own} is not a sarlab checkpoint; refusing to overwrite it")
+    continuing = resume_from is not None and os.path.isdir(resume_from) and os.path.samefile(resume_from, directory)
+    if not (continuing or force):
+        raise CheckpointError(f"checkpoint directory {directory!r} already holds a checkpoint; resume from it "
+                              "(--resume with the same directory), pass --force to overwrite it, or choose another")
+
+
+def _atomic_write(path: str, write) -> None:
+    """``write(file)`` into a temporary file beside ``path``, fsync, rename over ``path``."""
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".tmp", dir=parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    dir_fd = os.open(parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def save_checkpoint(directory: str, trainer, epochs_done: int, facts: dict, history: list | None = None) -> str:
+    """Write ``directory/checkpoint.pt`` atomically (call on rank 0 only); returns its path.
+
+    Args:
+        directory: checkpoint directory (see :func:`check_checkpoint_dir`, which the caller runs once before
+            training; this replaces the previous checkpoint of the same run).
+        trainer: a :class:`~sarlab.core.train.Trainer`.
+        epochs_done: epochs completed; a resumed run starts at this epoch index.
+        facts: :func:`graph_facts` of the partition trained on.
+        history: optional metric records so far (plain numbers and strings), returned on resume.
+    """
+    path = os.path.join(directory, CHECKPOINT_FILE)
+    payload = {"format": KINDS["checkpoint"], "version": FORMAT_VERSION, "epochs_done": int(epochs_done),
+               "fingerprint": fingerprint(trainer.model.cfg, trainer.train_cfg.dtype, facts),
+               "state": trainer.state_dict(), "torch_rng_state": torch.get_rng_state(),
+               "history": list(history or [])}
+    _atomic_write(path, lambda f: torch.save(payload, f))
+    return path
+
+
+def load_checkpoint(directory: str) -> dict:
+    """Read ``directory/checkpoint.pt`` (every rank reads the same file); see :func:`restore`."""
+    path = os.path.join(directory, CHECKPOINT_FILE) if os.path.isdir(directory) else directory
+    if not os.path.isfile(path):
+        raise CheckpointError(f"no checkpoint to resume from: {path} does not exist")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # a truncated or foreign file: say which, not torch's internals
+        raise CheckpointError(f"{path} is not a readable sarlab checkpoint ({err.__class__.__name__}: "
+                              f"{str(err).splitlines()[0] if str(err) else ''})") from err
+    if not isinstance(payload, dict) or payload.get("format") != KINDS["checkpoint"]:
+        raise CheckpointError(f"{path} is not a sarlab checkpoint")
+    if payload.get("version") != FORMAT_VERSION:
+        raise CheckpointError(f"{path}: checkpoint format {payload.get('version')!r}, this sarlab reads "
+                              f"{FORMAT_VERSION}")
+    return payload
+
+
+def check_compatible(payload: dict, model_cfg, dtype: str, facts: dict, epochs: int | None = None) -> None:
+    """Refuse to resume a checkpoint written for another model, dtype or graph (all differences named), or
+    one that has already done ``epochs`` or more."""
+    diffs = _differences(payload["fingerprint"], fingerprint(model_cfg, dtype, facts))
+    if diffs:
+        raise CheckpointError("cannot resume: the checkpoint was written for another run (" + "; ".join(diffs)
+                              + "); resume with the same model settings and graph, or start afresh")
+    if epochs is not None and payload["epochs_done"] >= epochs:
+        raise CheckpointError(f"the checkpoint has already done {payload['epochs_done']} epochs; ask for more than "
+                              f"that with --epochs (the total, counting the epochs done)")
+
+
+def restore(trainer, payload: dict, facts: dict) -> int:
+    """Load a checkpoint into ``trainer`` (every rank); returns the epoch index to continue from."""
+    check_compatible(payload, trainer.model.cfg, trainer.train_cfg.dtype, facts)
+    trainer.load_state_dict(payload["state"])
+    torch.set_rng_state(payload["torch_rng_state"])
+    return int(payload["epochs_done"])
+
+
+def save_model(path: str, trainer, force: bool = False) -> None:
+    """Write the final weights with the model's configuration (call on rank 0 only); see :func:`load_model`.
+
+    ``in_dim`` is the model's input width: the features, plus one column per class with label augmentation
+    (the label inputs); ``num_relations`` the graph's relations (R-GCN's weights are per relation).
+    """
+    check_target(path, "model", force)
+    cfg = trainer.model.cfg
+    label_inputs = int(trainer.part.num_classes) if trainer.train_cfg.label_aug else 0
+    payload = {"format": KINDS["model"], "version": FORMAT_VERSION,
+               "model_config": asdict(cfg) if is_dataclass(cfg) else {}, "dtype": trainer.train_cfg.dtype,
+               "feature_dim": int(trainer.part.feature_dim), "num_classes": int(trainer.part.num_classes),
+               "in_dim": int(trainer.part.feature_dim) + label_inputs, "label_aug": float(trainer.train_cfg.label_aug),
+               "num_relations": int(getattr(trainer.part, "num_relations", 1)),
+               "state": {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}}
+    _atomic_write(path, lambda f: torch.save(payload, f))
+
+
+def load_model(path: str):
+    """The :class:`~sarlab.nn.model.GNN` that :func:`save_model` wrote, with its weights, in eval mode (a model
+    trained with label augmentation takes ``feature_dim + num_classes`` inputs: the features, then the one-hot
+    training labels, zero elsewhere)."""
+    if _file_kind(path) != "model":
+        raise CheckpointError(f"{path!r} is not a sarlab model file (written by save_model / --save-model)")
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    model = GNN(ModelConfig(**payload["model_config"]), payload.get("in_dim", payload["feature_dim"]),
+                payload["num_classes"], num_relations=payload.get("num_relations", 1))
+    model = model.to(next(iter(payload["state"].values())).dtype)
+    model.load_state_dict(payload["state"])
+    return model.eval()
+
+
+def write_predictions(path: str, outputs: torch.Tensor, what: str = "logits", force: bool = False) -> None:
+    """Write per-node outputs (row ``i`` = original node ``i``, from :meth:`Trainer.predict`) atomically.
+
+    ``.pt``: a dict with ``outputs`` (tensor), ``what`` and ``format``; ``.npz``: arrays ``outputs``, ``what``
+    and ``format`` (``np.load(path)["outputs"]``).
+    """
+    if not path.endswith((".pt", ".npz")):
+        raise CheckpointError(f"predictions file {path!r} must end in .pt (torch) or .npz (numpy)")
+    check_target(path, "predictions", force)
+    outputs = outputs.detach().cpu()
+    if path.endswith(".pt"):
+        payload = {"format": KINDS["predictions"], "version": FORMAT_VERSION, "what": what, "outputs": outputs}
+        _atomic_write(path, lambda f: torch.save(payload, f))
+    else:
+        _atomic_write(path, lambda f: np.savez(f, outputs=outputs.numpy(), what=np.array(what),
+                                               format=np.array(KINDS["predictions"])))

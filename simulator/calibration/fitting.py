@@ -1,0 +1,171 @@
+r"""Fitting calibration timings into profile numbers, and the check that a fit is plausible.
+
+Op families are fitted by non-negative least squares in relative error to
+
+.. math::
+    t = o + \frac{w}{r} + \frac{v}{r_{row}}
+
+(``w`` the family's work, ``v`` its dense-output row*feature work; :func:`fit_op`); the efficiency of each
+extra thread from one-thread and all-core times of one call, :math:`\eta = (t_1 / t_C - 1) / (C - 1)`
+(:func:`thread_eta`), and of each extra co-located process from the rates alone and together
+(:func:`share_eta`); the last-level cache and the out-of-cache rate from a sweep of growing matrices
+(:func:`fit_cache`); a link's latency, per-message gap and bandwidth from ping-pong times (:func:`fit_link`);
+the compute scale as a power law of the worker's memory (:func:`fit_scale_curve`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from scipy.optimize import nnls
+
+from sarlab.simulator.hardware.profile import Link
+
+
+def fit_nonnegative(features: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+    """Non-negative least squares of ``seconds ~ features @ coef``, in relative error.
+
+    Rows are weighted by ``1/seconds`` so small and large shapes count alike.
+    """
+    w = 1.0 / np.maximum(seconds, 1e-9)
+    coef, _ = nnls(features * w[:, None], seconds * w)
+    return coef
+
+
+def rate_from(coef: float, fallback: float) -> float:
+    """Units per second from a fitted seconds-per-unit coefficient (``fallback`` when it is 0)."""
+    return 1.0 / coef if coef > 0 else fallback
+
+
+def fit_op(
+    rows: list[list[float]], fwd: list[float], bwd: list[float], fallback_rate: float
+) -> tuple[float, float, float | None, float]:
+    """(rate, overhead, row rate or None, backward ratio) of a sparse family from its shapes' design rows
+    ``[1, w, v]``, forward and backward times; the backward ratio is the median of backward over forward."""
+    coef = fit_nonnegative(np.array(rows), np.array(fwd))
+    row_rate = 1.0 / coef[2] if coef[2] > 0 else None
+    ratio = statistics.median(b / f for b, f in zip(bwd, fwd, strict=True)) if bwd else 2.0
+    return rate_from(coef[1], fallback_rate), float(coef[0]), row_rate, float(ratio)
+
+
+def thread_eta(one: float, all_cores: float, cores: int) -> float:
+    """Efficiency of each extra thread from one-thread and all-core times of the same call (unclipped)."""
+    return (one / max(all_cores, 1e-12) - 1.0) / (cores - 1)
+
+
+def share_eta(solo: dict[str, float], shared: list[dict[str, float]]) -> dict[str, float]:
+    r"""Per family, the efficiency of each extra co-located process from one solo and one co-located window:
+    with rates ``r_1`` alone and ``r_C`` (mean of the ``C`` copies), :math:`\eta = (C r_C / r_1 - 1)/(C - 1)`
+    (unclipped)."""
+    cores = len(shared)
+    if cores < 2:
+        raise ValueError("share_eta needs at least two co-located processes")
+    return {
+        name: (cores * statistics.mean(out[name] for out in shared) / rate - 1.0) / (cores - 1)
+        for name, rate in solo.items()
+    }
+
+
+def fit_cache(work: list[float], edge_s: list[float], gathered: list[float], rate: float) -> tuple[float, float]:
+    """Last-level cache ``L`` and out-of-cache rate ``r_mem`` from the edge time of shapes of growing size.
+
+    Each shape's edge work ``w`` (its time less the overhead and row terms) is modelled as
+    :math:`w (h / r + (1 - h) / r_{mem})` with :math:`h = \\min(1, L / G)` for a gathered matrix of ``G``
+    bytes; ``L`` is searched on a geometric grid (1 MB - 4 GB), ``1/r_mem`` fitted by least squares in
+    relative error for each. Returns ``(L, r_mem)``; ``(0, rate)`` when nothing runs slower than ``r``.
+    """
+    w, t, g = np.asarray(work, float), np.asarray(edge_s, float), np.asarray(gathered, float)
+    best = (np.inf, 0.0, rate)
+    for llc in np.geomspace(1e6, 4e9, 97):
+        miss = 1.0 - np.minimum(1.0, llc / g)
+        if not np.any(miss > 0):
+            continue
+        # t / w - 1/r = miss * (1/r_mem - 1/r), relative weights 1 / t
+        a, y, wt = miss * w, t - w / rate, 1.0 / t
+        excess = float(np.sum(wt**2 * a * y) / max(np.sum(wt**2 * a * a), 1e-30))
+        inv_mem = max(1.0 / rate + excess, 1.0 / rate)
+        pred = w * ((1.0 - miss) / rate + miss * inv_mem)
+        err = float(np.sum(((pred - t) / t) ** 2))
+        if err < best[0]:
+            best = (err, float(llc), 1.0 / inv_mem)
+    _, llc, mem_rate = best
+    return (llc, mem_rate) if mem_rate < rate * 0.99 else (0.0, rate)
+
+
+def fit_link(sizes: Sequence[int], result: dict[str, Any]) -> Link:
+    r"""The link of :mod:`sarlab.simulator.calibration.netbench`'s measurements: :math:`t = \alpha + b / B` fitted to
+    the one-way ping-pong times, the gap ``g`` from the stream of small messages (``L = alpha - g``), and the
+    bandwidth capped by the bulk exchange's when there is one.
+
+    The engine's halo messages are tens to hundreds of MB, exchanged both ways at once into fresh buffers:
+    their sustained bandwidth, not the ping-pong's of reused <= 16 MB buffers, prices them. ``result`` gains
+    ``pingpong_bandwidth_Bps`` when the bulk exchange decided the bandwidth.
+    """
+    one_way = np.array([result["one_way_s"][str(s)] for s in sizes])
+    coef = fit_nonnegative(np.array([[1.0, float(s)] for s in sizes]), one_way)
+    alpha = float(coef[0]) if coef[0] > 0 else float(one_way.min())
+    bandwidth = 1.0 / coef[1] if coef[1] > 0 else float(sizes[-1] / one_way[-1])
+    gap = float(min(result["stream_s"], alpha))
+    if result.get("bulk_exchange_s"):
+        bulk_bw = result["bulk_bytes"] / max(result["bulk_exchange_s"] - alpha, 1e-9)
+        result["pingpong_bandwidth_Bps"] = bandwidth
+        bandwidth = min(bandwidth, bulk_bw)
+    return Link(latency_s=alpha - gap, bandwidth_Bps=bandwidth, gap_s=gap)
+
+
+def fit_scale_curve(keys: list[float], ratios: list[float]) -> tuple[tuple[float, float], ...]:
+    """The compute scale as a power law of the key: the least-squares line of log(ratio) on log(key) over
+    all runs, as its two end points (smallest and largest key; :meth:`Profile.scale_at` interpolates
+    log-linearly between them and holds the ends beyond). A line rather than a node per graph size, so
+    that one noisy run moves the curve a little instead of making a kink. One distinct key: the geometric
+    mean, as one point."""
+    x, y = np.log(np.asarray(keys, dtype=float)), np.log(np.asarray(ratios, dtype=float))
+    if len(x) == 0:
+        raise ValueError("fit_scale_curve needs at least one run")
+    if np.ptp(x) <= 0:
+        return ((float(np.exp(x[0])), float(np.exp(y.mean()))),)
+    slope, icept = np.polyfit(x, y, 1)
+    ends = (float(x.min()), float(x.max()))
+    return tuple((float(np.exp(e)), float(np.exp(icept + slope * e))) for e in ends)
+
+
+def fit_message_costs(runs: Sequence[dict[str, Any]], small: int | None = None) -> dict[str, float]:
+    r"""Per-call and per-op software costs of gloo messages from :mod:`sarlab.simulator.calibration.commbench` runs.
+
+    Over the ``ring`` (2 ops) and ``alltoall`` (``2 (W-1)`` ops) patterns of every world size ``W``, at the
+    smallest message size (``small``), the main thread's CPU time of one posting call and of its waits are
+    lines in the op count ``k``:
+
+    .. math::
+        t_{post}(k) = c + k\,o, \qquad t_{wait}(k) = k\,w
+
+    (non-negative least squares on the medians); ``c`` is ``p2p_call_s`` (for one exchange call), ``o``
+    ``p2p_op_s`` and ``w`` ``p2p_wait_s``. The background CPU per op (gloo's threads: process CPU less the
+    main thread's, per op) is ``p2p_msg_cpu_s``; the incast ratio ``T_k / (k T_1)`` per ``k`` is recorded
+    as measured (1 = the receiver serialises its ``k`` incoming messages at one message's rate).
+    """
+    rows = []
+    for run in runs:
+        size = small if small is not None else min(run["sizes"])
+        for pattern in ("ring", "alltoall"):
+            m = run["medians"].get(f"{pattern}:{size}")
+            if m:
+                rows.append((float(m["ops"]), m["post_s"], m["wait_s"], m["cpu_s"] - m["post_s"] - m["wait_s"]))
+    if not rows:
+        raise ValueError("fit_message_costs needs commbench runs with ring or alltoall medians")
+    k = np.array([r[0] for r in rows])
+    post, wait, bg = (np.array([r[i] for r in rows]) for i in (1, 2, 3))
+    c, o = fit_nonnegative(np.stack([np.ones_like(k), k], axis=1), post)
+    (w,) = fit_nonnegative(k[:, None], wait)
+    (b,) = fit_nonnegative(k[:, None], np.maximum(bg, 1e-9))
+    incast = {}
+    for run in runs:
+        walls = {int(key): v for key, v in run.get("incast_wall_s", {}).items()}
+        if 1 in walls:
+            for key, v in walls.items():
+                incast.setdefault(key, []).append(v / (key * walls[1]))
+    return {"p2p_call_s": float(c), "p2p_op_s": float(o), "p2p_wait_s": float(w), "p2p_msg_cpu_s": float(b),
+            **{f"incast_ratio_{key}": float(statistics.median(v)) for key, v in sorted(incast.items())}}

@@ -1,0 +1,140 @@
+"""Microbenchmarks of GAT attention over one shard, in the engine's three forms, each through the engine's own
+entry points (:class:`sarlab.nn.gat.AttentionAggregation` ``accumulate`` / ``finalize`` / ``shard_vjp``), so
+that they time what the engine runs today: the fused kernels (C++, or their torch fallback where the extension is
+unavailable), the streamed unfused form of ``sar`` (plain torch in chunks of edges, no autograd, a backward that
+recomputes the attention) and the unfused form under torch autograd (``sa``, ``oneshot``, one worker). Work
+unit: edge*head*channel; per shape of ``n`` rows, degree ``d``, ``H`` heads and ``C`` channels the forward time
+is fitted as
+
+.. math:: t = o + \\frac{n d H C}{r} + \\frac{n H C}{r_{row}}
+
+(:func:`sarlab.simulator.calibration.fitting.fit_op`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import torch
+
+from sarlab import kernels
+from sarlab.core.shards import Shard
+from sarlab.nn.gat import AttentionAggregation
+from sarlab.simulator.calibration.calibration import Calibration, Findings
+from sarlab.simulator.calibration.fitting import fit_op
+from sarlab.simulator.calibration.harness import time_call
+from sarlab.simulator.calibration.opbench import parallel_eff, random_shard
+from sarlab.simulator.hardware.profile import OpCost
+
+SLOPE = 0.2
+
+
+def gat_shapes(cal: Calibration) -> list[tuple[int, int, int, int]]:
+    """(nodes, degree, heads, channels)."""
+    tiny = [(64, 2, 1, 8)]  # pins the per-call overhead
+    if cal.quick:
+        return [(2000, 4, 2, 16), (2000, 16, 2, 16), (6000, 4, 1, 16)] + tiny
+    shapes = [(20000, 4, 4, 32), (20000, 16, 4, 32), (40000, 8, 1, 32), (10000, 32, 2, 32), (40000, 2, 4, 16)]
+    return shapes + tiny
+
+
+def gat_inputs(n: int, deg: int, heads: int, ch: int, gen: torch.Generator) -> tuple[Shard, torch.Tensor, torch.Tensor]:
+    """A shard and the engine's row layouts: exchanged rows ``[z (H*C), s_src (H)]`` and destination rows
+    ``[z, s_src, s_dst]`` (:class:`sarlab.nn.gat.AttentionAggregation`)."""
+    shard = random_shard(n, deg, gen)
+    rows = torch.randn(n, heads * ch + heads, generator=gen)
+    dst_x = torch.cat([rows, torch.randn(n, heads, generator=gen)], 1)
+    return shard, rows, dst_x
+
+
+def gat_calls(att: AttentionAggregation, shard: Shard, rows: torch.Tensor, dst_x: torch.Tensor
+              ) -> tuple[Callable[[], object], Callable[[], object]]:
+    """(forward, backward) of one shard through ``att``'s engine entry points, without autograd: the forward
+    streams the shard into a running state in place, the backward is ``shard_vjp`` from the final state."""
+    state = kernels.empty_state(shard.num_dst, att.heads, att.channels, dst_x)
+    with torch.no_grad():
+        state = att.accumulate(list(state), shard, rows, dst_x, ())
+        out, saved = att.finalize(None, [t.clone() for t in state], dst_x, ())
+    grad = torch.randn_like(out)
+
+    def forward() -> object:
+        with torch.no_grad():
+            return att.accumulate(state, shard, rows, dst_x, ())
+
+    def backward() -> object:
+        with torch.no_grad():
+            return att.shard_vjp(None, saved, out, shard, rows, dst_x, (), grad)
+
+    return forward, backward
+
+
+def autograd_calls(att: AttentionAggregation, shard: Shard, rows: torch.Tensor, dst_x: torch.Tensor
+                   ) -> tuple[Callable[[], object], Callable[[], object]]:
+    """(forward, forward + backward) of one shard under torch autograd, as the engine's ``sa``/``oneshot``
+    run the unfused layer: ``accumulate`` with the graph recorded from an empty state, ``finalize``, then
+    ``autograd.grad`` to the rows."""
+    leaves = rows.detach().requires_grad_(True), dst_x.detach().requires_grad_(True)
+
+    def forward() -> torch.Tensor:
+        state = list(kernels.empty_state(shard.num_dst, att.heads, att.channels, dst_x))
+        return att.finalize(None, att.accumulate(state, shard, *leaves, ()), leaves[1], ())[0]
+
+    def both() -> object:
+        out = forward()
+        return torch.autograd.grad(out, leaves, torch.ones_like(out))
+
+    return forward, both
+
+
+def _bench(cal: Calibration, found: Findings, cores: int, gen: torch.Generator, name: str, fused: bool,
+           autograd: bool) -> OpCost:
+    """Time one form over :func:`gat_shapes` and fit it (module docstring)."""
+    rows_fit, fwd, bwd = [], [], []
+    last = None
+    for n, deg, heads, ch in gat_shapes(cal):
+        att = AttentionAggregation(heads, ch, SLOPE, self_loops=False, fused=fused, backend=None)
+        shard, rows, dst_x = gat_inputs(n, deg, heads, ch, gen)
+        forward, backward = (autograd_calls if autograd else gat_calls)(att, shard, rows, dst_x)
+        tf = time_call(forward, cal.repeats)
+        tb = time_call(backward, cal.repeats)
+        if autograd:  # the timed backward ran the forward too
+            tb = max(tb - tf, 0.1 * tf)
+        rows_fit.append([1.0, n * deg * heads * ch, n * heads * ch])
+        fwd.append(tf)
+        bwd.append(tb)
+        if last is None or tf > last[0]:
+            last = (tf, forward)
+    eff = parallel_eff(cal, found, cores, last[1], name)
+    rate, overhead, row_rate, ratio = fit_op(rows_fit, fwd, bwd, 2e8 if fused else 5e7)
+    found.raw[name] = {"shapes": gat_shapes(cal), "fwd": fwd, "bwd": bwd,
+                       "entry": "sarlab.nn.gat.AttentionAggregation"}
+    return OpCost(rate=rate, overhead_s=overhead, bwd_ratio=ratio, parallel_eff=eff, row_rate=row_rate)
+
+
+def bench_gat_autograd(cal: Calibration, found: Findings, cores: int, gen: torch.Generator) -> OpCost:
+    """Unfused GAT under torch autograd (``sa``/``oneshot``/one worker): forward with the graph recorded,
+    then ``autograd.grad`` through it."""
+    return _bench(cal, found, cores, gen, "gat_autograd", fused=False, autograd=True)
+
+
+def bench_gat_unfused(cal: Calibration, found: Findings, cores: int, gen: torch.Generator) -> OpCost:
+    """Unfused GAT as ``sar`` streams it: the layer's torch forward (no autograd) and its torch backward, which
+    recomputes the attention of the shard first."""
+    return _bench(cal, found, cores, gen, "gat_unfused", fused=False, autograd=False)
+
+
+def bench_gat_fused(cal: Calibration, found: Findings, cores: int, gen: torch.Generator) -> OpCost | None:
+    """The fused kernels (``kernels.gat_forward_shard`` / ``gat_backward_shard`` as the layer calls them), on
+    the backend ``kernels.backend()`` resolves (recorded in the notes and ``raw``)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the one-line fallback warning: the note below says it
+        backend = kernels.backend()
+    try:
+        cost = _bench(cal, found, cores, gen, "gat_fused", fused=True, autograd=False)
+    except Exception as err:  # noqa: BLE001 - a failing kernel must not sink the whole calibration
+        found.notes.append(f"fused GAT not measured: calling the kernels failed ({type(err).__name__}: {err})")
+        return None
+    found.notes.append(f"fused GAT measured with kernels backend {backend!r}")
+    found.raw["gat_fused"]["backend"] = backend
+    return cost

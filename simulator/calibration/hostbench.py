@@ -1,0 +1,180 @@
+r"""Benchmarks of the host beyond single ops: the allocator, first-use memory, co-located processes, gloo.
+
+Each of the last four runs other interpreters (:func:`sarlab.simulator.calibration.harness.module_command`): a fresh
+process for the memory that an op family adds on first use (:mod:`sarlab.simulator.calibration.memprobe`), one and then
+``C`` concurrent processes for the efficiency of co-located workers (:mod:`sarlab.simulator.calibration.sharebench`),
+and two ranks of a gloo group on 127.0.0.1 for the link (:mod:`sarlab.simulator.calibration.netbench`), and gloo groups
+of 2 to 8 ranks for the software cost of posting and waiting for messages
+(:mod:`sarlab.simulator.calibration.commbench`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import time
+
+import numpy as np
+import torch
+
+from sarlab.core.memory import rss_bytes
+from sarlab.simulator.calibration.calibration import Calibration, Findings
+from sarlab.simulator.calibration.fitting import fit_link, fit_message_costs, share_eta
+from sarlab.simulator.calibration.harness import ROOT, free_port, module_command, module_env
+from sarlab.simulator.hardware.profile import Link
+
+
+def bench_allocator(found: Findings) -> float:
+    """Resident bytes per tensor byte for large tensors (page rounding, allocator headers)."""
+    if not os.path.exists("/proc/self/status"):
+        found.notes.append("allocator: /proc not available; factor 1.0 assumed")
+        return 1.0
+    sizes = [300_000, 1_000_000, 3_000_000]  # float32 elements: 1.2, 4 and 12 MB tensors
+    ratios = []
+    for size in sizes:
+        before = rss_bytes()
+        held = [torch.ones(size) for _ in range(8)]
+        grown = rss_bytes() - before
+        ratios.append(grown / (8 * size * 4))
+        del held
+    factor = float(np.clip(statistics.median(ratios), 1.0, 1.5))
+    found.raw["allocator"] = {"sizes": sizes, "ratios": ratios}
+    return factor
+
+
+def bench_first_use(found: Findings) -> tuple[dict[str, float], dict[str, float]]:
+    """Resident bytes per op family on first use, and the sparse products' temporaries, from a fresh
+    process (:mod:`sarlab.simulator.calibration.memprobe`)."""
+    out = subprocess.run(
+        module_command("memprobe"),
+        capture_output=True,
+        text=True,
+        env=module_env(),
+        cwd=ROOT,
+        timeout=120,
+        check=True,
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    found.raw["first_use"] = result["first_use"]
+    found.raw["transients"] = result["transients"]
+    return (
+        {k: float(v) for k, v in result["first_use"].items()},
+        {k: float(v) for k, v in result["transients"].items()},
+    )
+
+
+def _communicate(procs: list[subprocess.Popen], what: str, timeout: float) -> list[str]:
+    """The stdout of every process, in order; a process that fails raises with the tail of its stderr, and
+    whatever still runs afterwards is killed."""
+    outputs = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=timeout)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{what} exited with {proc.returncode}: {err.strip()[-300:]}")
+            outputs.append(out)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    return outputs
+
+
+def bench_share(cal: Calibration, found: Findings, cores: int) -> dict[str, float]:
+    r"""``share_eff`` per family: :mod:`sarlab.simulator.calibration.sharebench` alone, then as ``cores`` concurrent
+    processes.
+
+    With per-process rates ``r_1`` (alone) and ``r_C`` (``C`` at once), ``C`` processes together do
+    ``C r_C / r_1`` times the work of one, so :math:`\eta = (C r_C / r_1 - 1) / (C - 1)`
+    (:func:`sarlab.simulator.calibration.fitting.share_eta`). A shared machine's speed drifts within minutes, so solo
+    and shared windows alternate (``cal.share_rounds``) and each family's eta is the median over rounds of the
+    ratio of adjacent solo and shared rates.
+    """
+    if cores <= 1:
+        return {}
+    seconds = 0.6 if cal.quick else 1.5
+    env = module_env(OMP_NUM_THREADS="1")
+
+    def launch(procs: int) -> list[dict[str, float]]:
+        start_at = time.time() + 8.0  # interpreter start and input set-up happen before the first window
+        cmd = module_command("sharebench", "--start-at", repr(start_at), "--seconds", str(seconds))
+        if cal.quick:
+            cmd.append("--quick")
+        running = [
+            subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+            for _ in range(procs)
+        ]
+        return [json.loads(out.strip().splitlines()[-1]) for out in _communicate(running, "sharebench", 180)]
+
+    rounds = 1 if cal.quick else cal.share_rounds
+    per_round: dict[str, list[float]] = {}
+    raw_rounds = []
+    for _ in range(max(rounds, 1)):
+        solo = launch(1)[0]
+        shared = launch(cores)
+        raw_rounds.append({"solo_calls_per_s": solo, "shared_calls_per_s": shared})
+        for name, eta in share_eta(solo, shared).items():
+            per_round.setdefault(name, []).append(eta)
+    result = {name: float(np.clip(statistics.median(v), 0.0, 1.0)) for name, v in per_round.items()}
+    found.raw["share"] = {"rounds": raw_rounds, "eta_per_round": per_round, "processes": cores}
+    return result
+
+
+def bench_network(cal: Calibration, found: Findings) -> tuple[Link, float, float]:
+    """gloo point-to-point between two local processes (:mod:`sarlab.simulator.calibration.netbench`): (link, post time,
+    CPU seconds per byte sent or received); the link is :func:`sarlab.simulator.calibration.fitting.fit_link` of the
+    timings."""
+    sizes = [4, 4096, 65536, 1 << 20, 4 << 20] if cal.quick else [4, 1024, 16384, 131072, 1 << 20, 4 << 20, 16 << 20]
+    repeats = 5 if cal.quick else 15
+    stream = 64 if cal.quick else 256
+    cmd = module_command(
+        "netbench",
+        "--port", str(free_port()),
+        "--sizes", ",".join(map(str, sizes)),
+        "--repeats", str(repeats),
+        "--stream", str(stream),
+        "--bulk", str((8 << 20) if cal.quick else (64 << 20)),
+    )  # fmt: skip
+    env = module_env()
+    procs = [
+        subprocess.Popen(cmd + ["--rank", str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env, cwd=ROOT)  # fmt: skip
+        for r in (0, 1)
+    ]
+    outputs = _communicate(procs, "netbench rank", 120)
+    result = json.loads(outputs[0].strip().splitlines()[-1])
+    link = fit_link(sizes, result)
+    found.raw["network"] = {"sizes": sizes, **result}
+    return link, float(result["call_s"]), float(result.get("cpu_s_per_byte", 0.0))
+
+
+def launch_commbench(world: int, repeats: int, sizes: list[int], timeout: float = 300.0) -> dict:
+    """One :mod:`sarlab.simulator.calibration.commbench` group of ``world`` ranks on 127.0.0.1; rank 0's result."""
+    cmd = module_command("commbench", "--world", str(world), "--port", str(free_port()), "--repeats", str(repeats),
+                         "--sizes", ",".join(map(str, sizes)))
+    env = module_env(OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen(cmd + ["--rank", str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env, cwd=ROOT) for r in range(world)]
+    outputs = _communicate(procs, f"commbench rank (world {world})", timeout)
+    return json.loads(outputs[0].strip().splitlines()[-1])
+
+
+def bench_messages(cal: Calibration, found: Findings, worlds: tuple[int, ...] = (2, 4, 8),
+                   rounds: int = 3) -> dict[str, float]:
+    """Software costs of posting and waiting for gloo messages
+    (:func:`sarlab.simulator.calibration.fitting.fit_message_costs`) from :mod:`sarlab.simulator.calibration.commbench`
+    groups of every size in ``worlds``, the sizes alternating over ``rounds`` rounds (forward, then backward) so that
+    drift of a shared machine spreads over all of them."""
+    sizes = [256] if cal.quick else [256, 16384, 262144, 2097152]
+    repeats = 1 if cal.quick else 7
+    worlds = (2, 3) if cal.quick else worlds
+    runs = []
+    for i in range(1 if cal.quick else rounds):
+        for world in (worlds if i % 2 == 0 else tuple(reversed(worlds))):
+            runs.append(launch_commbench(world, repeats, sizes))
+    fit = fit_message_costs(runs)
+    found.raw["messages"] = {"runs": [{k: v for k, v in r.items() if k not in ("samples", "incast_samples")}
+                                      for r in runs], "fit": fit}
+    return fit

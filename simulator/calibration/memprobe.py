@@ -1,0 +1,241 @@
+"""Resident memory that an op family adds the first time a fresh process runs it (``python -m
+sarlab.simulator.calibration.memprobe``).
+
+Library code pages (oneDNN, OpenMP's runtime, torch's index kernels), allocator arenas and autograd's
+first-use structures appear after the engine measures its baseline (post-setup RSS) and stay, so they show up
+in every epoch's ``peak - baseline``. The probe mimics the engine's setup (one thread, glibc's mmap
+threshold lowered by ``sarlab.core.memory.tune_malloc``, the kernels extension loaded, a gloo all-reduce, shards,
+a model and its optimizer), then runs one family once on a tiny input, forward and backward, the way the engine
+runs it (sum and mean: the C++ shard SpMM; max: the C++ running max), and records its RSS growth; each family
+in a fresh interpreter (``--family``), after an autograd step, so that pages families share count for each.
+It also measures what the C++ shard SpMM allocates beyond its output (:func:`kernel_transients`), a check of
+the memory model's claim that it allocates nothing else (expected 0). Prints one JSON line
+``{"first_use": {...}, "transients": {...}}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import socket
+import subprocess
+import sys
+from functools import partial
+
+import torch
+import torch.distributed as dist
+
+from sarlab import kernels
+from sarlab.core.memory import peak_bytes, reset_peak, rss_bytes, tune_malloc
+
+
+def _setup() -> None:
+    """The engine worker's state before its baseline (``sarlab.executor.launch.worker.run``): one thread, its malloc
+    settings, the kernels extension loaded, a gloo group, shards built as ``sarlab.core.shards.Shard`` builds them
+    (edges sorted by destination, row pointers from counts), a model and its optimizer."""
+    torch.set_num_threads(1)
+    tune_malloc(threshold=1 << 17)
+    kernels.backend("auto")
+    n = 2000
+    src, dst = torch.randint(0, n, (8 * n,)), torch.randint(0, n, (8 * n,))
+    order = torch.argsort(dst * n + src)
+    src, dst = src[order].contiguous(), dst[order].contiguous()
+    rowptr = torch.zeros(n + 1, dtype=torch.long)
+    torch.cumsum(torch.bincount(dst, minlength=n), 0, out=rowptr[1:])
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1, timeout=datetime.timedelta(seconds=30)
+    )
+    dist.all_reduce(torch.zeros(4, dtype=torch.float64))
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    torch.optim.Adam(model.parameters())
+
+
+def _autograd() -> None:
+    x = torch.randn(512, 32)
+    lin = torch.nn.Linear(32, 32)
+    opt = torch.optim.Adam(lin.parameters())
+    loss = torch.nn.functional.cross_entropy(lin(x).relu(), torch.zeros(512, dtype=torch.long))
+    grads = torch.autograd.grad(loss, list(lin.parameters()))
+    for p, g in zip(lin.parameters(), grads, strict=True):
+        p.grad = g
+    opt.step()
+
+
+def _shard(n: int, deg: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A CSR shard of ``n`` rows and ``deg`` random in-edges each: (rowptr, col), int64."""
+    col = torch.randint(0, n, (n * deg,)).view(n, deg).sort(1).values.reshape(-1)
+    return torch.arange(0, n * deg + 1, deg), col
+
+
+def _transpose(rowptr: torch.Tensor, col: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(column pointers, destinations in source order), as ``Shard.transpose_index`` builds them."""
+    dst = torch.repeat_interleave(torch.arange(n), rowptr.diff())
+    perm = torch.argsort(col * n + dst)
+    colptr = torch.zeros(n + 1, dtype=torch.long)
+    torch.cumsum(torch.bincount(col, minlength=n), 0, out=colptr[1:])
+    return colptr, dst[perm].contiguous()
+
+
+def _spmm() -> None:
+    n, deg = 2000, 8
+    rowptr, col = _shard(n, deg)
+    x, state = torch.randn(n, 16), torch.zeros(n, 16)
+    kernels.spmm_csr(rowptr, col, x, out=state, backend="cpp")  # forward: added into the state in place
+    colptr, rows = _transpose(rowptr, col, n)
+    kernels.spmm_csr(colptr, rows, x, backend="cpp")  # backward: A^T g, a fresh output
+
+
+def _max_aggr() -> None:
+    n, deg, f = 2000, 8, 16
+    rowptr, col = _shard(n, deg)
+    x = torch.randn(n, f)
+    best, count = kernels.csr_max_shard(rowptr, col, x, backend="cpp")
+    transpose = kernels.csr_transpose(rowptr, col, n, backend="cpp")
+    kernels.csr_max_backward(rowptr, col, x, best, count, torch.randn(n, f), backend="cpp", transpose=transpose)
+
+
+def _gat_unfused() -> None:
+    from sarlab import kernels
+
+    n, deg, heads, ch = 2000, 8, 2, 8
+    col = torch.randint(0, n, (n * deg,)).view(n, deg).sort(1).values.reshape(-1)
+    rowptr = torch.arange(0, n * deg + 1, deg)
+    z, s_src, s_dst = torch.randn(n, heads, ch), torch.randn(n, heads), torch.randn(n, heads)
+    m, l, acc = kernels.gat_forward_shard(rowptr, col, s_dst, s_src, z, 0.2, backend="torch")
+    out = acc / l[..., None]
+    g = torch.randn_like(out)
+    kernels.gat_backward_shard(rowptr, col, s_dst, s_src, z, 0.2, m, l, g, (g * out).sum(-1), backend="torch")
+
+
+def _gat_autograd() -> None:
+    n, deg, heads, ch = 2000, 8, 2, 8
+    src = torch.randint(0, n, (n * deg,))
+    dst = torch.repeat_interleave(torch.arange(n), deg)
+    z = torch.randn(n, heads, ch, requires_grad=True)
+    s = torch.randn(n, heads, requires_grad=True)
+    e = torch.nn.functional.leaky_relu(s[dst] + s[src], 0.2)
+    w = torch.exp(e - e.max())
+    denom = torch.zeros(n, heads).index_add(0, dst, w)
+    out = torch.zeros(n, heads, ch).index_add(0, dst, (w / denom[dst])[..., None] * z[src])
+    torch.autograd.grad(out.sum(), [z, s])
+
+
+def _gat_fused() -> None:
+    from sarlab import kernels
+
+    n, deg, heads, ch = 2000, 8, 2, 8
+    col = torch.randint(0, n, (n * deg,)).view(n, deg).sort(1).values.reshape(-1)
+    rowptr = torch.arange(0, n * deg + 1, deg)
+    z, s_src, s_dst = torch.randn(n, heads, ch), torch.randn(n, heads), torch.randn(n, heads)
+    m, l, acc = kernels.gat_forward_shard(rowptr, col, s_dst, s_src, z, 0.2)
+    out = acc / l[..., None]
+    g = torch.randn_like(out)
+    kernels.gat_backward_shard(rowptr, col, s_dst, s_src, z, 0.2, m, l, g, (g * out).sum(-1))
+
+
+PROBES = {
+    "autograd": _autograd,
+    "spmm": _spmm,
+    "max_aggr": _max_aggr,
+    "gat_unfused": _gat_unfused,
+    "gat_autograd": _gat_autograd,
+    "gat_fused": _gat_fused,
+}
+
+
+def _peak_beyond(fn, out_bytes: int) -> float:
+    """Peak resident growth while ``fn()`` runs, beyond the ``out_bytes`` of its result (VmHWM reset).
+    Raises OSError where VmHWM cannot be reset."""
+    fn()  # first call: lazy initialisation, code pages
+    extras = []
+    for _ in range(2):
+        before = rss_bytes()
+        if not reset_peak():
+            raise OSError("VmHWM cannot be reset (/proc/self/clear_refs)")
+        result = fn()
+        extras.append(peak_bytes() - before - out_bytes)
+        del result
+    return float(min(extras))
+
+
+def kernel_transients() -> dict[str, float]:
+    """What the C++ shard SpMM the engine's linear aggregations run allocates beyond its output, a check of the
+    memory model, which books the output alone (expected 0; a profile keeps it, the model does not price it).
+
+    Forward ``kernels.spmm_csr(..., out=state)`` (in place) and backward ``A^T g`` (a fresh output) on shapes that
+    vary the output size and the edge count, fitted (non-negative least squares) to ``extra = a * output_bytes +
+    c * edges``. Keys: ``spmm_fwd_out``, ``spmm_fwd_edge``, ``spmm_bwd_out``, ``spmm_bwd_edge`` (profiles before
+    the C++ kernels measured torch.sparse's MKL products under the same keys).
+    """
+    import numpy as np  # imported here, after the first-use probes, so their RSS growth does not include them
+    from scipy.optimize import nnls
+
+    rows, fwd, bwd = [], [], []
+    for n, deg, f in ((40000, 8, 64), (40000, 32, 64), (40000, 8, 256), (20000, 32, 16)):
+        rowptr, col = _shard(n, deg)
+        colptr, dst = _transpose(rowptr, col, n)
+        x, state, out = torch.randn(n, f), torch.zeros(n, f), n * f * 4
+        fwd.append(_peak_beyond(partial(kernels.spmm_csr, rowptr, col, x, out=state, backend="cpp"), 0))
+        bwd.append(_peak_beyond(partial(kernels.spmm_csr, colptr, dst, x, backend="cpp"), out))
+        rows.append([float(out), float(n * deg)])
+    design = np.array(rows)
+    weights = 1.0 / design.sum(axis=1)  # relative residuals
+    coef_f, _ = nnls(design * weights[:, None], np.maximum(fwd, 0.0) * weights)
+    coef_b, _ = nnls(design * weights[:, None], np.maximum(bwd, 0.0) * weights)
+    return {
+        "spmm_fwd_out": float(coef_f[0]),
+        "spmm_fwd_edge": float(coef_f[1]),
+        "spmm_bwd_out": float(coef_b[0]),
+        "spmm_bwd_edge": float(coef_b[1]),
+    }
+
+
+def first_use(family: str) -> float:
+    """Resident bytes ``family`` adds the first time this process runs it (call once, after :func:`_setup`).
+
+    Every family but ``autograd`` runs after an (unmeasured) autograd step, since the simulator adds ``autograd``'s
+    own first use to every model's: what is left is the family's own code and structures."""
+    if family != "autograd":
+        _autograd()
+    before = rss_bytes()
+    PROBES[family]()
+    return float(max(rss_bytes() - before, 0))
+
+
+def _one_family(family: str) -> float | None:
+    """:func:`first_use` of ``family`` in a fresh interpreter (None where it fails: not measured), so that pages
+    several families share are counted for each of them, as a model running one family sees them."""
+    out = subprocess.run([sys.executable, "-m", "sarlab.simulator.calibration.memprobe", "--family", family],
+                          capture_output=True,
+                         text=True, timeout=120, check=False)
+    if out.returncode != 0 or not out.stdout.strip():
+        return None
+    return float(json.loads(out.stdout.strip().splitlines()[-1])[family])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--family", choices=sorted(PROBES), help="measure one family in this process and exit")
+    args = parser.parse_args(argv)
+    _setup()
+    if args.family:
+        print(json.dumps({args.family: first_use(args.family)}), flush=True)
+        return 0
+    measured = {name: _one_family(name) for name in PROBES}
+    result = {name: value for name, value in measured.items() if value is not None}
+    transients: dict[str, float] = {}
+    try:
+        transients = kernel_transients()
+    except (OSError, RuntimeError):  # VmHWM cannot be reset here, or no C++ kernels: not measured
+        pass
+    print(json.dumps({"first_use": result, "transients": transients}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,84 @@
+"""The speed probe: a fixed real workload run next to each measured configuration, and what it says.
+
+A shared VM's speed drifts between minutes, so ``sarlab bench engine --probe`` runs :func:`speed_probe`
+between configurations; the validation divides each configuration's adjacent probe epoch time by the
+simulator's prediction of the probe to get the ``compute_scale`` that held while it ran (:func:`probe_scale`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sarlab.simulator.calibration.engine_runs import engine_epoch
+from sarlab.simulator.hardware.profile import Profile
+from sarlab.simulator.system.replay import simulate_row
+
+#: the probe: one worker, GCN, 3 layers, hidden 256, 3 epochs (~10-20 s on 2 cores), on a graph no benchmark uses
+PROBE_GRAPH = "synthetic:nodes=100000,degree=30,features=128,classes=16,seed=11"
+PROBE_MODEL = {"model": "gcn", "layers": 3, "hidden": 256, "epochs": 3}
+
+
+def speed_probe(partition_dir: str | Path, spec: str = PROBE_GRAPH) -> dict[str, Any]:
+    """Measure the machine's current speed with the probe (:data:`PROBE_MODEL` on ``spec``, one worker, all
+    cores, the engine's default); returns its epoch time and the configuration columns its prediction
+    needs (:func:`probe_row`)."""
+    row = engine_epoch(spec, PROBE_MODEL["model"], PROBE_MODEL["layers"], PROBE_MODEL["hidden"],
+                       PROBE_MODEL["epochs"], partition_dir, threads=0)  # fmt: skip
+    return {
+        "probe_epoch_s": float(row["measured_epoch_time_s"]),
+        "probe_graph": spec,
+        "probe_num_nodes": int(row["num_nodes"]),
+        "probe_num_edges": int(row["num_edges"]),
+        "probe_feature_dim": int(row["feature_dim"]),
+        "probe_num_classes": int(row["num_classes"]),
+        "probe_partition_dir": str(partition_dir),
+        "probe_threads": int(row["threads"]),
+        "probe_time": time.time(),
+    }
+
+
+def probe_row(row: pd.Series) -> pd.Series:
+    """The configuration of the speed probe that ran next to ``row`` (:func:`speed_probe`), as a
+    :func:`sarlab.simulator.studies.measured.summarize_measured`-like row that
+    :func:`sarlab.simulator.system.replay.simulate_row` accepts."""
+    return pd.Series(
+        {
+            "label": "probe",
+            "graph": row["probe_graph"],
+            "partition_dir": row.get("probe_partition_dir") or "",
+            "num_nodes": int(row["probe_num_nodes"]),
+            "num_edges": int(row["probe_num_edges"]),
+            "feature_dim": int(row["probe_feature_dim"]),
+            "num_classes": int(row["probe_num_classes"]),
+            "model": PROBE_MODEL["model"],
+            "layers": PROBE_MODEL["layers"],
+            "hidden": PROBE_MODEL["hidden"],
+            "heads": 1,
+            "aggr": "mean",
+            "fused": False,
+            "mode": "sar",
+            "workers": 1,
+            "prefetch": 1,
+            "dtype": "float32",
+            "batchnorm": False,
+            "dropout": 0.0,
+            "threads": int(row["probe_threads"]),
+            "records_path": row.get("records_path") or "",
+        }
+    )
+
+
+def probe_scale(row: pd.Series, profile: Profile) -> float:
+    """``compute_scale`` while ``row`` ran: its adjacent speed-probe epoch time over the simulator's
+    prediction of the probe with ``compute_scale`` 1 (NaN when the records carry no probe)."""
+    value = row.get("probe_epoch_s")
+    if value is None or not np.isfinite(float(value)) or float(value) <= 0:
+        return math.nan
+    predicted = float(simulate_row(probe_row(row), profile.with_scale(1.0)).epoch_time_s.max())
+    return float(value) / predicted

@@ -1,0 +1,138 @@
+"""Validation: simulate the configurations of real metric records and compare with what was measured.
+
+Measured values are the records' summary per configuration
+(:func:`sarlab.simulator.studies.measured.summarize_measured`); the prediction error of a quantity is ``predicted /
+measured - 1``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from sarlab.simulator.calibration.probe import probe_scale
+from sarlab.simulator.hardware.profile import Profile
+from sarlab.simulator.network.linkprofile import LinkProfile
+from sarlab.simulator.studies.measured import summarize_measured, with_defaults
+from sarlab.simulator.system.replay import model_for, simulate_row, stats_for
+
+
+def _error(pred: float, meas: float) -> float:
+    return pred / meas - 1.0 if meas > 0 and np.isfinite(pred) and np.isfinite(meas) else math.nan
+
+
+def validate(
+    records: pd.DataFrame,
+    profile: Profile,
+    warmup: int = 1,
+    progress: Callable[[str], None] | None = None,
+    drift: str = "none",
+    links: list[LinkProfile] | None = None,
+) -> pd.DataFrame:
+    """Simulate every configuration in ``records``; one row per configuration with both values and errors.
+
+    Every configuration is priced with the profile as it is (``predicted_epoch_time_static_s``,
+    ``time_error_static``) and, where the records carry speed probes (``sarlab bench engine --probe``), also
+    with the ``compute_scale`` its adjacent probes measured (:func:`probe_scale`;
+    ``predicted_epoch_time_probe_s``, ``time_error_probe``). ``drift`` picks which of the two is the
+    row's ``predicted_*`` / ``time_error``: ``"none"`` the profile's own, ``"probe"`` the probe-scaled one
+    (an error without probes), ``"auto"`` probe-scaled where the records have probes. ``links``: link
+    profiles for records measured on an emulated network (:func:`sarlab.simulator.system.replay.simulate_row`).
+    """
+    if drift not in ("auto", "probe", "none"):
+        raise ValueError(f"drift must be auto, probe or none, got {drift!r}")
+    measured = summarize_measured(with_defaults(records), warmup)
+    if drift == "probe" and "probe_epoch_s" not in measured.columns:
+        raise ValueError("drift='probe' needs records with probe columns (sarlab bench engine --probe)")
+    rows = []
+    for i, row in measured.iterrows():
+        stats = stats_for(row)
+        model = model_for(row)
+        meas_t = float(row["measured_epoch_time_s"])
+        static = simulate_row(row, profile, stats, model, links)
+        scale = probe_scale(row, profile)
+        probed = simulate_row(row, profile.with_scale(scale), stats, model, links) if np.isfinite(scale) else None
+        result = probed if probed is not None and drift != "none" else static
+        pred_t = float(result.epoch_time_s.max())
+        pred_m = float(result.peak_above_baseline_bytes.max())
+        out = row.to_dict()
+        out.update(
+            workload_source=stats.source,
+            compute_scale_used=result.compute_scale,
+            scale_key_bytes=result.scale_key_bytes,
+            predicted_epoch_time_s=pred_t,
+            predicted_peak_above_baseline_bytes=pred_m,
+            predicted_comm_wait_s=float(result.comm_wait_s.max()),
+            predicted_bytes_sent=float(result.bytes_sent.sum()),
+            time_error=_error(pred_t, meas_t),
+            memory_error=_error(pred_m, float(row["measured_peak_above_baseline_bytes"])),
+            predicted_epoch_time_static_s=float(static.epoch_time_s.max()),
+            time_error_static=_error(float(static.epoch_time_s.max()), meas_t),
+        )
+        if probed is not None:
+            out.update(
+                probe_compute_scale=scale,
+                predicted_epoch_time_probe_s=float(probed.epoch_time_s.max()),
+                time_error_probe=_error(float(probed.epoch_time_s.max()), meas_t),
+            )
+        rows.append(out)
+        if progress is not None:
+            other = ""
+            if probed is not None:
+                key = "time_error_static" if result is probed else "time_error_probe"
+                other = f"; {'profile' if result is probed else 'probe'} scale {out[key]:+.0%}"
+            progress(
+                f"[{i + 1}/{len(measured)}] {model.label():10s} {row['mode']:10s} N={int(row['workers']):<3d} "
+                f"time {pred_t:.4g}s vs {meas_t:.4g}s ({out['time_error']:+.0%}{other}), "
+                f"peak {pred_m / 2**20:.1f} vs {row['measured_peak_above_baseline_bytes'] / 2**20:.1f} MiB "
+                f"({out['memory_error']:+.0%})"
+            )
+    return pd.DataFrame(rows)
+
+
+def error_summary(table: pd.DataFrame) -> dict[str, float]:
+    """Median absolute prediction errors over configurations (NaN where nothing was measurable)."""
+
+    def med(col: str) -> float:
+        vals = table[col].abs().dropna()
+        return float(vals.median()) if len(vals) else math.nan
+
+    out = {
+        "configurations": int(len(table)),
+        "median_abs_time_error": med("time_error"),
+        "median_abs_memory_error": med("memory_error"),
+    }
+    if "time_error_static" in table.columns:
+        out["median_abs_time_error_static"] = med("time_error_static")
+    if "time_error_probe" in table.columns:
+        out["median_abs_time_error_probe"] = med("time_error_probe")
+    return out
+
+
+def markdown_table(table: pd.DataFrame) -> str:
+    """The validation table as Markdown: one row per configuration, times in s, memory in MiB, errors."""
+    cols = ["model", "mode", "workers", "time meas (s)", "epoch spread", "time pred (s)", "time err",
+            "wait meas (s)", "wait pred (s)", "peak meas (MiB)", "peak pred (MiB)", "peak err"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    order = table.assign(_m=table["model"].astype(str)).sort_values(["_m", "workers", "mode"])
+    for _, r in order.iterrows():
+        model = f"sage-{r['aggr']}" if r["model"] == "sage" else str(r["model"])
+        cells = [
+            model,
+            str(r["mode"]),
+            str(int(r["workers"])),
+            f"{r['measured_epoch_time_s']:.2f}",
+            f"{r.get('measured_epoch_spread', math.nan):.0%}",
+            f"{r['predicted_epoch_time_s']:.2f}",
+            f"{r['time_error']:+.1%}",
+            f"{r['measured_comm_wait_s']:.2f}",
+            f"{r['predicted_comm_wait_s']:.2f}",
+            f"{r['measured_peak_above_baseline_bytes'] / 2**20:.0f}",
+            f"{r['predicted_peak_above_baseline_bytes'] / 2**20:.0f}",
+            f"{r['memory_error']:+.1%}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,501 @@
+"""What every layer of a GCN / SAGE / GAT / R-GCN model computes and exchanges, in units the cost model prices.
+
+The stages follow the engine (``sarlab/nn``, ``sarlab/core/aggregators.py``, ``sarlab/core/aggregate.py``):
+
+* ``pre``: dense work that makes the rows to exchange (GCN ``h = x W`` scaled by ``deg^-1/2``; SAGE-pool
+  ``relu(x W_p + b_p)``; GAT ``z = x W`` and the two attention scores);
+* the aggregation, one call per source shard, then ``finalize`` (mean division, max clean-up, softmax
+  normalisation);
+* ``post``: dense work after it (GCN self term, scaling, bias; SAGE ``lin_l(agg) + lin_r(x)``; GAT bias);
+* the ``tail`` of hidden layers: distributed BatchNorm (fp64 sums, two all-reduces forward, one backward),
+  ReLU, and dropout whose mask is a hash of (seed, epoch, layer, node id, column) in int64 arithmetic.
+
+R-GCN's aggregation is priced per (shard, relation) by :mod:`~sarlab.simulator.workload.rgcn_layer` (no ``pre``
+stage: the input is exchanged as it is; ``post`` is the root weight and bias). Work is a list of
+:class:`~sarlab.simulator.workload.ops.Op`; what a layer holds is :mod:`~sarlab.simulator.workload.layer_memory`.
+Notation: ``n`` destination rows of this worker, ``e`` edges of one shard, ``b`` bytes per element, ``f_i``/``f_o``
+layer input/output widths, ``w`` exchanged row width, ``H`` heads, ``C`` channels per head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from sarlab.simulator.workload import rgcn_layer
+from sarlab.simulator.workload.model import ModelSpec
+from sarlab.simulator.workload.ops import ACTIVE_ROW_FAMILIES, FP64, ZERO_FILL_PASSES, Number, Op, active_rows
+from sarlab.simulator.workload.workload import RelationStats
+
+#: GAT ``pre`` forward, bytes per element of a row's ``H C`` columns: the products ``z * a`` read ``z`` and write
+#: (``a`` is cache resident) ``2 + 2``; the channel sums read ``H C`` at a quarter of a written pass's cost (a
+#: read-only reduction; measured 0.24) ``0.25 + 0.25``; the two concatenations ``2 + 2``
+GAT_PRE_FWD_HC = 8.5
+#: ... and of its ``H`` columns: the sums write ``1 + 1``, the concatenations copy ``2`` and ``2 * 2``
+GAT_PRE_FWD_H = 8.0
+#: GAT ``pre`` backward, passes of ``n H C``: four products with ``g`` broadcast from ``[n, H, 1]`` at 2.5 (measured
+#: 2.6-2.7 at H = 4, C = 24, 1.7 at H = 1, C = 16: the broadcast, not the bytes, bounds them) ``10``; ``a``'s two row
+#: sums ``0.5``; the two adds of ``z``'s three gradients ``3 + 3``
+GAT_PRE_BWD_HC = 16.5
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """One conv layer of a model, with the widths, exchange width and gradient case it implies.
+
+    Args:
+        index: layer number (0 = input layer).
+        kind: ``gcn``/``sage``/``gat``/``rgcn``.
+        in_dim: ``f_i``.
+        out_dim: ``f_o``.
+        width: columns of every exchanged row.
+        case: 1 = sum/mean of copied rows (remote-row gradient ``A_q^T g`` computed locally, no re-fetch),
+            2 = everything else (``sar`` re-fetches in backward).
+        records: the aggregation records autograd (False when its input is the raw feature matrix and it
+            has no parameters: SAGE mean/max's first layer, which then has no aggregation backward).
+        needs_input_grad: the layer must return a gradient for its input (False for layer 0).
+        hidden: followed by the BatchNorm -> ReLU -> dropout tail.
+        heads: ``H``; channels: ``C`` per head (GAT).
+        aggr: SAGE aggregator; fused: GAT fused kernels, R-GCN aggregate-first order (else one message per edge).
+        batchnorm, dropout: the tail's settings.
+        bytes_per_element: ``b``.
+        params: trainable parameters (conv + BatchNorm affine).
+        autograd: unfused GAT or per-edge R-GCN whose aggregation runs under torch autograd (see :meth:`in_run`).
+        relations: R-GCN: the partition's per-relation counts (:meth:`with_relations`; None: one relation
+            reaching rows at random).
+        self_loops: GAT: every node also attends to itself (:meth:`self_init`, :meth:`self_bwd`).
+    """
+
+    index: int
+    kind: str
+    in_dim: int
+    out_dim: int
+    width: int
+    case: int
+    records: bool
+    needs_input_grad: bool
+    hidden: bool
+    heads: int = 1
+    channels: int = 0
+    aggr: str = "mean"
+    fused: bool = False
+    batchnorm: bool = True
+    dropout: float = 0.0
+    bytes_per_element: int = 4
+    params: int = 0
+    autograd: bool = False
+    relations: RelationStats | None = None
+    self_loops: bool = True
+
+    @property
+    def family(self) -> str:
+        """The profile op family of one shard's aggregation.
+
+        GAT: ``gat_fused`` (C++ kernels), ``gat_unfused`` (the engine's streamed torch kernels, ``sar``: a
+        no-grad forward per shard and a backward that recomputes the attention itself) or ``gat_autograd``
+        (unfused under torch autograd, which keeps the graph: ``sa``, ``oneshot``, one worker).
+        """
+        if self.kind == "gat":
+            if self.fused:
+                return "gat_fused"
+            return "gat_autograd" if self.autograd else "gat_unfused"
+        if self.kind == "rgcn":
+            return "spmm"
+        return "spmm" if self.case == 1 else "max_aggr"
+
+    @property
+    def agg_width(self) -> int:
+        """Columns of the aggregation output (``H*C`` for GAT, ``f_o`` for R-GCN, else the exchanged width)."""
+        if self.kind == "rgcn":
+            return self.out_dim
+        return self.heads * self.channels if self.kind == "gat" else self.width
+
+    def in_run(self, mode: str, workers: int) -> LayerPlan:
+        """This layer as the engine runs it in ``mode`` on ``workers`` workers (sets :attr:`autograd`)."""
+        autograd = self.kind in ("gat", "rgcn") and not self.fused and (mode != "sar" or workers == 1)
+        return replace(self, autograd=autograd)
+
+    def with_relations(self, relations: RelationStats | None) -> LayerPlan:
+        """This R-GCN layer priced with a partition's per-relation counts (other kinds: unchanged)."""
+        return replace(self, relations=relations) if self.kind == "rgcn" else self
+
+    def relation_split(self, edges: Number, n: Number, num_src: Number) -> rgcn_layer.RelationSplit:
+        """R-GCN: the shards ``(edges, n, num_src)`` split by relation
+        (:func:`sarlab.simulator.workload.rgcn_layer.relation_split`)."""
+        return rgcn_layer.relation_split(self.relations, edges, n, num_src)
+
+    def rgcn_args(self) -> tuple[int, int, int, bool, bool]:
+        """``(f_i, f_o, b, fused, autograd)``: the arguments of :mod:`sarlab.simulator.workload.rgcn_layer`'s op and
+        byte counts."""
+        return self.in_dim, self.out_dim, self.bytes_per_element, self.fused, self.autograd
+
+    @property
+    def rows_need_grad(self) -> bool:
+        """The exchanged rows need a gradient: False where they are the layer's input and it needs none (R-GCN's
+        layer 0 exchanges the features as they are; SAGE mean/max's layer 0 records no aggregation at all), so that
+        ``oneshot`` returns no halo gradients (autograd never runs ``HaloExchange``'s backward). The ring modes'
+        aggregation Function returns them all the same."""
+        exchanges_input = self.kind == "rgcn" or (self.kind == "sage" and self.aggr != "pool")
+        return self.needs_input_grad or not exchanges_input
+
+    @property
+    def keeps_edge_tensors(self) -> bool:
+        """Per-edge tensors survive from forward to backward (the autograd graph of unfused GAT, per-edge R-GCN)."""
+        return self.autograd
+
+    def whole_graph_backward(self, mode: str) -> bool:
+        """``sa`` with kept per-edge tensors runs one autograd backward over all shards, then returns the
+        gradients (``SequentialAggregate._backward_through_graph``)."""
+        return mode == "sa" and self.autograd
+
+    # ---------------------------------------------------------------------------------- forward
+    def pre_fwd(self, n: Number) -> list[Op]:
+        """Dense work before the aggregation on ``n`` rows.
+
+        GAT (``GATConv.forward`` up to the aggregation): ``z = x W``; ``s_src, s_dst = sum_c z * a``; the exchanged
+        rows ``[z, s_src]`` and the destination rows ``[z, s_src, s_dst]`` (two ``torch.cat``), in 6 elementwise calls
+        of :data:`GAT_PRE_FWD_HC` ``H C`` + :data:`GAT_PRE_FWD_H` ``H`` bytes-per-element of each row.
+        """
+        b = self.bytes_per_element
+        if self.kind == "gcn":  # h = lin(x); h * deg^-1/2
+            return [
+                Op("gemm", 2.0 * n * self.in_dim * self.out_dim),
+                Op("elementwise", 2.0 * n * self.out_dim * b),
+            ]
+        if self.kind == "sage" and self.aggr == "pool":  # relu(lin(x))
+            return [
+                Op("gemm", 2.0 * n * self.in_dim * self.in_dim),
+                Op("elementwise", 2.0 * n * self.in_dim * b),
+            ]
+        if self.kind == "gat":
+            hc, heads = self.heads * self.channels, self.heads
+            return [
+                Op("gemm", 2.0 * n * self.in_dim * hc),
+                Op("elementwise", n * (GAT_PRE_FWD_HC * hc + GAT_PRE_FWD_H * heads) * b, calls=6),
+            ]
+        return []
+
+    def shard_fwd(self, edges: Number, n: Number, num_src: Number) -> list[Op]:
+        """Aggregation of one shard of ``edges`` in-edges from ``num_src`` source rows into the running
+        state of ``n`` rows.
+
+        GAT: one op of its family and nothing else. :mod:`sarlab.simulator.calibration.gatbench` times the engine's
+        whole ``AttentionAggregation.accumulate`` per shard, so the family's rate already holds what runs around the
+        kernel: the contiguous copies of ``s_dst`` and ``s_src`` (``kernels/gat.py`` ``gat_forward_shard``), the
+        unfused form's ``[z, 1]`` rows and copies (``kernels/torch_backend.py`` ``gat_forward_shard``) and its
+        per-chunk work.
+        """
+        if self.kind == "rgcn":
+            return rgcn_layer.shard_fwd(self.relation_split(edges, n, num_src), *self.rgcn_args())
+        b = self.bytes_per_element
+        gathered = num_src * self.agg_width_in * b
+        rows = active_rows(edges, n) if self.family in ACTIVE_ROW_FAMILIES else n
+        return [Op(self.family, edges * self.agg_width_in, rows=rows * self.agg_width, gather_bytes=gathered)]
+
+    def agg_init(self, n: Number) -> list[Op]:
+        """The running state of a linear aggregation (``torch.zeros``, n x w), which the shards are then
+        added into in place (R-GCN: its ``n x f_o`` state); the other families' calibrated shard ops allocate their
+        own outputs."""
+        if self.family != "spmm":
+            return []
+        return [Op("elementwise", ZERO_FILL_PASSES * n * self.agg_width * self.bytes_per_element)]
+
+    def self_init(self, n: Number) -> list[Op]:
+        """GAT's self-loop terms put into the initial state (``AttentionAggregation.init``, before any shard).
+
+        .. math:: e = \\mathrm{leaky}(s_{dst} + s_{src}),\\quad m = e,\\quad w = \\exp(e - m),\\quad acc = w\\,z
+
+        Bytes per element of the ``n`` destination rows (reads + writes): ``s_dst + s_src`` ``3 H b``, leaky ReLU
+        ``2 H b``, ``m``'s clone ``2 H b``, ``e - m`` ``3 H b``, ``exp`` ``2 H b``, ``w z`` ``(2 H C + H) b``:
+        ``(2 H C + 13 H) b`` in 6 calls (the score and ``z`` columns are strided views of the destination rows,
+        counted by the elements they hold). The same ops run under autograd. Without self loops, or for other
+        models: nothing (the empty state is not priced, as before).
+        """
+        if self.kind != "gat" or not self.self_loops:
+            return []
+        hc, heads = self.heads * self.channels, self.heads
+        return [Op("elementwise", n * (2.0 * hc + 13.0 * heads) * self.bytes_per_element, calls=6)]
+
+    @property
+    def agg_width_in(self) -> int:
+        """Features gathered per edge (the exchanged rows without GAT's score column; R-GCN: ``f_i``)."""
+        return self.heads * self.channels if self.kind == "gat" else self.width
+
+    def finalize(self, n: Number) -> list[Op]:
+        """Turning the state into the output: mean division, max clean-up, softmax normalisation."""
+        b, w = self.bytes_per_element, self.agg_width
+        if self.kind == "rgcn":  # the state is the output
+            return []
+        if self.kind == "gat":  # acc / where(l > 0, l, 1); under autograd gatbench's timed forward runs it
+            return [] if self.autograd else [Op("elementwise", 3.0 * n * w * b, calls=2)]
+        if self.case == 2:
+            return [Op("elementwise", 4.0 * n * w * b, calls=2)]
+        if self.kind == "sage":  # mean
+            return [Op("elementwise", 2.0 * n * w * b)]
+        return []
+
+    def post_fwd(self, n: Number) -> list[Op]:
+        """Dense work after the aggregation."""
+        b = self.bytes_per_element
+        if self.kind == "gcn":  # (agg + h) * deg^-1/2 + bias
+            return [Op("elementwise", 7.0 * n * self.out_dim * b, calls=3)]
+        if self.kind == "sage":  # lin_l(agg) + lin_r(x)
+            return [
+                Op("gemm", 2.0 * 2.0 * n * self.in_dim * self.out_dim, calls=2),
+                Op("elementwise", 3.0 * n * self.out_dim * b),
+            ]
+        if self.kind == "rgcn":  # x W_root, + aggregation, + bias
+            return [
+                Op("gemm", 2.0 * n * self.in_dim * self.out_dim),
+                Op("elementwise", 2.0 * 3.0 * n * self.out_dim * b, calls=2),
+            ]
+        return [Op("elementwise", 2.0 * n * self.out_dim * b)]  # gat: + bias
+
+    def tail_fwd(self, n: Number) -> tuple[list[Op], list[Op], list[Op]]:
+        """Hidden-layer tail, split at BatchNorm's two all-reduces: (sum, centred squares, rest).
+
+        Bytes per element: BN sums in fp64 (``b + 8``), centred squares (``b + 56``), normalise and affine
+        (``6b + 48``); ReLU ``2b``; the dropout hash ~ 12 int64 passes (``200``) and the masking ``6b + 50``.
+        """
+        b, f = self.bytes_per_element, self.out_dim
+        if not self.hidden:
+            return [], [], []
+        stats: list[Op] = []
+        var: list[Op] = []
+        rest: list[Op] = []
+        if self.batchnorm:
+            stats = [Op("elementwise", (b + FP64) * n * f)]
+            var = [Op("elementwise", (b + 7 * FP64) * n * f, calls=4)]
+            rest = [Op("elementwise", (6 * b + 6 * FP64) * n * f, calls=6)]
+        rest.append(Op("elementwise", 2.0 * b * n * f))
+        if self.dropout > 0:
+            rest.append(Op("elementwise", (25 * FP64 + 6 * b + 50) * n * f, calls=20))
+        return stats, var, rest
+
+    # --------------------------------------------------------------------------------- backward
+    def tail_bwd(self, n: Number) -> tuple[list[Op], list[Op]]:
+        """Tail backward split at BatchNorm's all-reduce: (dropout, ReLU, BN sums), (BN input gradient)."""
+        b, f = self.bytes_per_element, self.out_dim
+        if not self.hidden:
+            return [], []
+        first = [Op("elementwise", 3.0 * b * n * f, backward=True)]
+        if self.dropout > 0:
+            first.append(Op("elementwise", 5.0 * b * n * f, calls=2, backward=True))
+        second: list[Op] = []
+        if self.batchnorm:
+            first.append(Op("elementwise", (5 * b + 2 * FP64) * n * f, calls=3, backward=True))
+            second = [Op("elementwise", 11.0 * b * n * f, calls=4, backward=True)]
+        return first, second
+
+    def post_bwd(self, n: Number) -> list[Op]:
+        """Backward of ``post``: gradient w.r.t. the aggregation output and the dense parameters."""
+        b = self.bytes_per_element
+        if self.kind == "gcn":
+            return [Op("elementwise", 3.0 * n * self.out_dim * b, calls=2, backward=True)]
+        if self.kind == "sage":
+            # dW_l, dW_r always; d(agg) = g W_l^T when the aggregation records; dx = g W_r^T when needed
+            gemms = 2 + int(self.records) + int(self.needs_input_grad)
+            return [
+                Op("gemm", gemms * 2.0 * n * self.in_dim * self.out_dim, calls=gemms),
+                Op("elementwise", 1.0 * n * self.out_dim * b),
+            ]
+        if self.kind == "rgcn":  # dW_root, dx = g W_root^T when needed, bias gradient
+            grads = 1 + int(self.needs_input_grad)
+            return [
+                Op("gemm", grads * 2.0 * n * self.in_dim * self.out_dim, calls=grads),
+                Op("elementwise", 1.0 * n * self.out_dim * b, backward=True),
+            ]
+        return [Op("elementwise", 1.0 * n * self.out_dim * b, backward=True)]
+
+    def agg_bwd_setup(self, n: Number) -> list[Op]:
+        """Start of the ring modes' aggregation backward (``SequentialAggregate.backward``): zeroed source gradient,
+        mean scaling; GAT also zero-fills the destination-input gradient ``n x (w + H)`` (``grad_dst``).
+
+        GAT's ``delta = sum_c g * out`` is computed in every ``shard_vjp`` call, which
+        :mod:`sarlab.simulator.calibration.gatbench` times, so it is in the family's backward rate. GAT under autograd
+        (``sa``) runs one ``autograd.grad`` over the kept graph instead, which allocates its gradients itself (also
+        timed by gatbench): nothing here.
+        """
+        b, w = self.bytes_per_element, self.width
+        if self.kind == "rgcn":  # the zero-filled source gradient the local shard adds into
+            return [Op("elementwise", ZERO_FILL_PASSES * n * w * b)]
+        if self.kind == "gat" and self.autograd:
+            return []
+        ops = [Op("elementwise", 1.0 * n * w * b)]
+        if self.kind == "sage" and self.case == 1:
+            ops.append(Op("elementwise", 2.0 * n * w * b))
+        if self.kind == "gat":
+            ops.append(Op("elementwise", ZERO_FILL_PASSES * n * (w + self.heads) * b))
+        return ops
+
+    def self_bwd(self, n: Number) -> list[Op]:
+        """Backward of GAT's self-loop terms, once per layer, right after the local shard's VJP (both ring modes) or the
+        one shard's (oneshot, one worker): ``AttentionAggregation.self_vjp`` and ``grad_dst +=`` its result
+        (``_self_vjp`` in ``sarlab/core/aggregate.py``).
+
+        .. math::
+            p = s_{dst} + s_{src},\\quad \\alpha = e^{\\mathrm{leaky}(p) - m} / l,\\quad
+            d_e = \\alpha \\left(\\textstyle\\sum_c g z - \\sum_c g\\, out\\right) \\mathrm{leaky}'(p),\\quad
+            g_z = \\alpha g
+
+        Bytes per element of the ``n`` rows (reads + writes), ``[n, H]`` ops: ``p`` 3, leaky 2, ``- m`` 3, exp 2,
+        ``where(l > 0, l, 1)`` (compare ``b + 1``, ones ``b``, select ``3 b + 1``), the division 3, the outputs of
+        the two sums 1 each, ``- delta`` 3, ``alpha *`` 3, ``where(p > 0, 1, slope)`` (compare ``b + 1``, two
+        fills ``b`` each, select ``3 b + 1``), ``* leaky'`` 3, ``alpha`` read by ``g_z`` 1, the two ``d_e`` copied
+        into the concatenation 4, their share of ``grad_dst +=`` 6: ``(46 b + 4) H``; ``[n, H, C]`` passes:
+        ``g * out`` 3 and its sum's read 1, ``g * z`` 3 and 1, ``g_z`` 2, its copy into the concatenation 2, its
+        share of ``grad_dst +=`` 3: ``15 H C b``; 22 calls.
+
+        Unfused GAT under autograd runs no ``self_vjp``: the backward of ``init``'s graph instead (gatbench's
+        timed graph starts from an empty state, so none of it is in the family's rate): the gradient of the
+        first shard's ``acc * scale`` ``2 H C + H`` and ``l * scale`` ``3 H``; ``w z``'s ``g * z`` ``3 H C`` with
+        its sum ``H C + H`` and ``g * w`` ``2 H C + H``; the two gradients of ``w`` added ``3 H``; exp's and leaky
+        ReLU's backward ``3 H`` each; three slices of the destination rows (``z``, ``s_src``, ``s_dst``), each a
+        zero-filled ``n (H C + 2 H)`` (:data:`sarlab.simulator.workload.ops.ZERO_FILL_PASSES`) with the slice copied in
+        (``2 H C``, ``2 H``, ``2 H``) and added into the rows' gradient (``3 (H C + 2 H)``), all times ``b``;
+        17 calls.
+        """
+        if self.kind != "gat" or not self.self_loops:
+            return []
+        b, hc, heads = self.bytes_per_element, self.heads * self.channels, self.heads
+        if self.autograd:
+            slices = 3.0 * (ZERO_FILL_PASSES + 3.0) * (hc + 2.0 * heads) + 2.0 * hc + 4.0 * heads
+            per_row = (2.0 * hc + heads) + 3.0 * heads + (4.0 * hc + heads) + (2.0 * hc + heads) + 9.0 * heads + slices
+            return [Op("elementwise", n * per_row * b, calls=17, backward=True)]
+        return [Op("elementwise", n * (15.0 * hc * b + (46.0 * b + 4.0) * heads), calls=22, backward=True)]
+
+    def shard_bwd(self, edges: Number, n: Number, num_src: Number, in_place: bool = False) -> list[Op]:
+        """Backward of one shard: ``A_q^T g`` (case 1, output ``num_src`` rows), else the VJP.
+
+        ``A^T g`` is added in place into the source gradient for the ring modes' local shard
+        (``in_place``: like the forward, only the rows with an edge are touched) and is a fresh
+        ``num_src x w`` result otherwise (a send buffer, or oneshot's gradient of its extended rows).
+        A VJP that rematerializes (SAGE max/pool's regathered messages, the GAT kernels' recomputed
+        attention) does so inside the backward op the calibration times, so its backward ratio covers it.
+        GAT: :mod:`sarlab.simulator.calibration.gatbench` times the whole ``AttentionAggregation.shard_vjp``, so the
+        family's backward holds its zeroed gradients, ``delta``, the input copies, the unfused chunks' adds and the
+        fused form's ``torch.cat``: one op.
+        """
+        if self.kind == "rgcn":
+            return rgcn_layer.shard_bwd(self.relation_split(edges, n, num_src), *self.rgcn_args())
+        if self.case == 1:  # A^T g gathers rows of the n x w output gradient
+            b = self.bytes_per_element
+            gathered = n * self.width * b
+            fresh = 0.0 if in_place else num_src * self.width * b
+            rows = active_rows(edges, num_src) * self.width
+            return [Op("spmm", edges * self.width, rows=rows, backward=True, gather_bytes=gathered, fresh=fresh)]
+        fwd = self.shard_fwd(edges, n, num_src)[:1]
+        return [replace(o, backward=True, rows=o.rows + num_src * self.width) for o in fwd]
+
+    def pre_bwd(self, n: Number) -> list[Op]:
+        """Backward of ``pre``: weight gradient, and the input gradient when needed.
+
+        GAT: autograd's backward of :meth:`pre_fwd`'s ops: the concatenations' and sums' backward are views; the two
+        products ``z * a`` give four broadcast products (``g a`` and ``g z``), ``a``'s gradients two sums over the
+        rows, and ``z``'s three gradients two adds: 8 elementwise calls of :data:`GAT_PRE_BWD_HC` passes of
+        ``n H C``, then ``dW`` (and ``dx``).
+        """
+        b = self.bytes_per_element
+        grads = 2 if self.needs_input_grad else 1
+        if self.kind == "rgcn":  # dx = root's + the aggregation's
+            return [Op("elementwise", 3.0 * n * self.in_dim * b)] if self.needs_input_grad else []
+        if self.kind == "gcn":
+            return [
+                Op("elementwise", 5.0 * n * self.out_dim * b, calls=2, backward=True),
+                Op("gemm", grads * 2.0 * n * self.in_dim * self.out_dim, calls=grads),
+            ]
+        if self.kind == "sage":
+            ops = []
+            if self.aggr == "pool":
+                ops = [
+                    Op("elementwise", 3.0 * n * self.in_dim * b, backward=True),
+                    Op("gemm", grads * 2.0 * n * self.in_dim * self.in_dim, calls=grads),
+                ]
+            if self.needs_input_grad:  # the two contributions to dx
+                ops.append(Op("elementwise", 3.0 * n * self.in_dim * b))
+            return ops
+        hc = self.heads * self.channels
+        return [
+            Op("elementwise", GAT_PRE_BWD_HC * n * hc * b, calls=8, backward=True),
+            Op("gemm", grads * 2.0 * n * self.in_dim * hc, calls=grads),
+        ]
+
+    def accumulate_grad(self, rows: Number) -> list[Op]:
+        """Adding received halo-row gradients into the local gradient (index_add over ``rows`` rows)."""
+        return [Op("elementwise", 3.0 * rows * self.width * self.bytes_per_element)]
+
+    def gather_rows(self, rows: Number) -> list[Op]:
+        """Gathering the ``rows`` rows a peer needs into a contiguous send buffer (index_select)."""
+        return [Op("elementwise", 2.0 * rows * self.width * self.bytes_per_element)]
+
+    def copy_rows(self, rows: Number) -> list[Op]:
+        """Copying ``rows`` rows (``oneshot``: own rows into the extended matrix, gradient clone)."""
+        return [Op("elementwise", 2.0 * rows * self.width * self.bytes_per_element)]
+
+
+def activation_bytes(plans: list[LayerPlan], nodes: Number) -> Number:
+    """Bytes of one ``nodes x widest-layer`` activation (input, output or aggregation width): the size
+    :meth:`sarlab.simulator.hardware.profile.Profile.scale_at` keys the compute scale by."""
+    widest = max(max(p.in_dim, p.out_dim, p.agg_width) for p in plans)
+    return np.asarray(nodes, dtype=np.float64) * widest * plans[0].bytes_per_element
+
+
+def layer_plans(spec: ModelSpec, feature_dim: int, num_classes: int) -> list[LayerPlan]:
+    """The conv layers of ``spec`` on a graph with ``feature_dim`` inputs and ``num_classes`` classes.
+
+    Widths ``[F, hidden, ..., hidden, classes]``. GAT hidden layers have ``heads`` heads of
+    ``hidden // heads`` channels (concatenated), the output layer one head of ``classes`` channels. R-GCN
+    (``spec.model == "rgcn"``, ``spec.relations`` relations, one weight each): case 2, the input exchanged.
+    """
+    plans = []
+    in_dim = feature_dim
+    b = spec.bytes_per_element
+    for i in range(spec.layers):
+        last = i == spec.layers - 1
+        out_dim = num_classes if last else spec.hidden
+        heads, channels = 1, 0
+        if spec.model == "gat":
+            heads = 1 if last else spec.heads
+            channels = out_dim // heads
+            width = heads * channels + heads  # [z, s_src]
+            case = 2
+            params = in_dim * heads * channels + 3 * heads * channels
+        elif spec.model == "rgcn":
+            width, case = in_dim, 2
+            params = (spec.relations + 1) * in_dim * out_dim + out_dim
+        elif spec.model == "sage":
+            width = in_dim
+            case = 1 if spec.aggr == "mean" else 2
+            params = 2 * in_dim * out_dim + out_dim + (in_dim * in_dim + in_dim if spec.aggr == "pool" else 0)
+        else:
+            width = out_dim
+            case = 1
+            params = in_dim * out_dim + out_dim
+        if not last and spec.batchnorm:
+            params += 2 * out_dim
+        raw_input_aggregation = spec.model == "sage" and spec.aggr != "pool"
+        plans.append(
+            LayerPlan(
+                index=i,
+                kind=spec.model,
+                in_dim=in_dim,
+                out_dim=out_dim,
+                width=width,
+                case=case,
+                records=not (i == 0 and raw_input_aggregation),
+                needs_input_grad=i > 0,
+                hidden=not last,
+                heads=heads,
+                channels=channels,
+                aggr=spec.aggr,
+                fused=spec.fused,
+                batchnorm=spec.batchnorm,
+                dropout=0.0 if last else spec.dropout,
+                bytes_per_element=b,
+                params=params,
+                self_loops=spec.self_loops,
+            )
+        )
+        in_dim = out_dim
+    return plans
