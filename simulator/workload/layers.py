@@ -16,7 +16,6 @@ stage: the input is exchanged as it is; ``post`` is the root weight and bias). W
 Notation: ``n`` destination rows of this worker, ``e`` edges of one shard, ``b`` bytes per element, ``f_i``/``f_o``
 layer input/output widths, ``w`` exchanged row width, ``H`` heads, ``C`` channels per head.
 """
-
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
