@@ -30,10 +30,11 @@ from sarlab.executor.launch.jobs import Job
 from sarlab.executor.launch.launcher import launch, preflight
 from sarlab.executor.launch.lifecycle import interruptible
 from sarlab.nn.model import ModelConfig
+from sarlab.paths import cache_dir
 from sarlab.simulator.calibration import probe
 from sarlab.simulator.studies.figures import md_table, plot_engine_bench
 
-DEFAULT_OUT = os.path.join(".cache", "bench-engine")
+DEFAULT_OUT = str(cache_dir("bench-engine"))
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class EngineBenchConfig:
     batchnorm: bool = False
     prefetch: int | tuple[int, ...] = 1
     timeout_s: float = 600.0
-    cache: str = os.path.join(".cache", "partitions")
+    cache: str = str(cache_dir("partitions"))
     probe: bool = False
     net: str = "loopback"
     memory: str = "live"

@@ -34,9 +34,10 @@ from sarlab.executor.bench.bench import EngineBenchConfig, cached_partition
 from sarlab.executor.launch.jobs import Job
 from sarlab.executor.launch.launcher import launch
 from sarlab.nn.model import ModelConfig
+from sarlab.paths import cache_dir
 from sarlab.simulator.studies.figures import md_table, pair_ratio, spread
 
-DEFAULT_OUT = os.path.join(".cache", "engine-speed")
+DEFAULT_OUT = str(cache_dir("engine-speed"))
 ENGINES = ("base", "new", "new-rss")
 DEFAULT_CONFIGS = ("sage:sar:2", "sage:sar:8", "gat-unfused:sar:2", "gat-fused:sar:2", "sage:sar:4",
                    "sage:oneshot:4", "gcn:sar:8", "gcn:sar:2")  # most telling first: a cut-short run keeps them
@@ -69,7 +70,7 @@ class SpeedConfig:
     reps: int = 3
     rss_reps: int = 1
     configs: tuple[str, ...] = DEFAULT_CONFIGS
-    cache: str = os.path.join(".cache", "partitions")
+    cache: str = str(cache_dir("partitions"))
     timeout_s: float = 900.0
 
     def model(self, name: str) -> tuple[str, int, int, bool]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import statistics
 import sys
 import time
@@ -38,8 +37,9 @@ from sarlab.core.shards import ShardedGraph
 from sarlab.executor.bench.kernel_bench_plot import format_table, write_outputs
 from sarlab.executor.commands.options import progress, write_json
 from sarlab.nn import GATConv
+from sarlab.paths import cache_dir
 
-DEFAULT_OUT = os.path.join(".cache", "bench-kernels")
+DEFAULT_OUT = str(cache_dir("bench-kernels"))
 PHASES = ("forward", "backward", "fwd+bwd")
 Log = Callable[[str], None]
 Runner = Callable[[torch.Tensor], torch.Tensor]

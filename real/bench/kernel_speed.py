@@ -33,11 +33,11 @@ import pandas as pd
 import torch
 
 from sarlab.core.machine import cpu_model, load_1min, today, usable_cores
-from sarlab.paths import checkout_root, package_parent
+from sarlab.paths import cache_dir, checkout_root, package_parent
 from sarlab.simulator.studies.figures import md_table, pair_ratio, spread
 
 TREE_ROOT = str(checkout_root() or package_parent())  # this tree: the folder holding kernels/
-DEFAULT_OUT = os.path.join(".cache", "kernel-speed")
+DEFAULT_OUT = str(cache_dir("kernel-speed"))
 ENGINES = ("base", "new")
 PHASES = ("fwd", "bwd", "total")
 # The child: this tree's packages first (for this module), the measured checkout's ``kernels`` loaded by path.

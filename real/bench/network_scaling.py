@@ -27,10 +27,11 @@ import pandas as pd  # noqa: E402
 from sarlab.core.records import summarize  # noqa: E402
 from sarlab.executor.commands.options import progress  # noqa: E402
 from sarlab.executor.launch.netspec import NetSpec, format_rate  # noqa: E402
+from sarlab.paths import cache_dir
 from sarlab.simulator.studies.figures import md_table  # noqa: E402
 
 KEYS = ("label", "mode", "fused", "prefetch", "net", "workers")
-DEFAULT_OUT = Path(".cache/network-scaling/network_scaling")
+DEFAULT_OUT = cache_dir("network-scaling", "network_scaling")
 
 
 def summarize_network(records: pd.DataFrame, warmup: int = 2) -> pd.DataFrame:

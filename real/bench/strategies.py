@@ -35,6 +35,7 @@ from sarlab.executor.launch.jobs import Job
 from sarlab.executor.launch.launcher import LaunchError, WorkerError, launch
 from sarlab.executor.launch.netspec import NetSpec
 from sarlab.nn.model import ModelConfig
+from sarlab.paths import cache_dir
 
 #: columns of ``OUT.records.csv`` besides the metric columns (the configuration is in ``OUT.md``)
 RECORD_EXTRAS = ("strategy", "seed", "net", "staleness", "steps", "fanouts", "batch_size", "round_batches", "rounds",
@@ -89,7 +90,7 @@ class StrategiesConfig:
     nets: tuple[str, ...] = ("loopback",)
     target: float = 0.8
     threads: int = 1
-    cache: str = "/tmp/sarlab-strategies-cache"
+    cache: str = str(cache_dir("partitions-strategies"))
 
 
 def cached_partition(cfg: StrategiesConfig) -> str:

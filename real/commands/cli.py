@@ -38,7 +38,7 @@ BENCHES = {"engine": "sarlab.executor.bench.bench", "kernels": "sarlab.executor.
 
 def usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = ["usage: sarlab COMMAND [options]   (sarlab COMMAND --help)", "",
+    lines = ["usage: sarlab COMMAND [options]   (sarlab COMMAND --help; sarlab --version)", "",
              "Distributed full-batch GNN training with Sequential Aggregation and Rematerialization (SAR).", "",
              "commands:"]
     lines += [f"  {name:<{width}}  {help_}" for name, (_, _, help_) in COMMANDS.items()]
@@ -58,6 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
         return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        from sarlab.version import version_string  # the standard library only: no torch for --version
+
+        print(f"sarlab {version_string()}")
+        return 0
     if argv[0] not in COMMANDS:
         print(f"sarlab: unknown command {argv[0]!r}\n\n{usage()}", file=sys.stderr)
         return 2

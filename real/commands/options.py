@@ -21,6 +21,7 @@ from sarlab.executor.launch.netspec import SPEC_HELP, NetSpec
 from sarlab.nn.model import ModelConfig
 
 EPILOG = ("Graph specs: synthetic:nodes=100000,degree=20,features=64,classes=16,seed=0 | npz:PATH | "
+          "planetoid:cora | planetoid:citeseer (shipped, public split) | "
           "ogb:ogbn-arxiv:ROOT | hetero:nodes=20000,seed=0 (ogbn-mag-like, typed nodes, 4 relations) | "
           "ogb:ogbn-mag[+rev]:ROOT | a partition directory (from `sarlab partition`).")
 MODEL_DEFAULTS = {"model": "sage", "layers": 2, "hidden": 64, "aggr": "mean", "heads": 4, "dropout": 0.0}

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from sarlab.executor.calibration.calibrate import Calibration, calibrate
+from sarlab.paths import cache_dir
 from sarlab.simulator.hardware.profile import PRESETS, Profile, save_profile
 from sarlab.simulator.hardware.provenance import (
     LOCAL_PROFILE,
@@ -200,7 +201,7 @@ def simulate_parser() -> argparse.ArgumentParser:
     p.add_argument("--validate", metavar="RECORDS", nargs="+",
                    help="compare with real records (CSV / JSON lines from `sarlab bench engine`; several files "
                    "are joined)")
-    p.add_argument("--validation-out", default=str(Path(".cache") / "simulator_validation.csv"),
+    p.add_argument("--validation-out", default=str(cache_dir("simulator_validation.csv")),
                    help="validation table (default: %(default)s); its PNG is written beside it")
     p.add_argument("--warmup", type=int, default=1, help="validation: epochs before this one are warm-up")
     p.add_argument("--drift", choices=("none", "probe", "auto"), default="none",

@@ -47,7 +47,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from sarlab.executor.reproduce.reproduce_plan import REPO, STEPS, build_plan, select_steps, unit_outputs
+from sarlab.executor.reproduce.reproduce_plan import STEPS, build_plan, select_steps, unit_outputs
 from sarlab.executor.reproduce.reproduce_units import Log, run_fig2, run_measured, run_simulated
 from sarlab.executor.reproduce.step_cache import (
     MANIFEST_VERSION,
@@ -57,9 +57,11 @@ from sarlab.executor.reproduce.step_cache import (
     unit_current,
     write_manifest,
 )
+from sarlab.paths import cache_dir
 from sarlab.simulator.studies.figures import SIMULATED
+from sarlab.version import version_string
 
-DEFAULT_OUT = REPO / ".cache" / "reproduce"
+DEFAULT_OUT = cache_dir("reproduce")
 
 
 class Progress:
@@ -89,14 +91,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     size.add_argument("--quick", action="store_true", help="tiny versions of every step (about a minute on 2 cores)")
     size.add_argument("--full", action="store_true", help="the real run (the default; about 1.5-2 hours on 2 cores, "
                       "most of it fig8 and accuracy)")
-    p.add_argument("--out", help=f"output directory (default {DEFAULT_OUT.relative_to(REPO)}/<quick|full> in the "
-                   "repository, not committed; pass --out results to update the committed figures)")
+    p.add_argument("--out", help=f"output directory (default {DEFAULT_OUT}/<quick|full>, sarlab's cache: "
+                   "$SARLAB_CACHE_DIR, a checkout's .cache or the user cache; pass --out results in a checkout to "
+                   "update the committed figures)")
     p.add_argument("--force", action="store_true", help="re-run the selected steps even when up to date")
     p.add_argument("--only", help=f"comma list of steps to run ({', '.join(STEPS)}; or fig2..fig8)")
     p.add_argument("--profile", default="icelake-hdr200",
                    help="machine profile of the simulated figures: preset or profile JSON (default %(default)s)")
-    p.add_argument("--cache", help="partition cache of the measured runs (default: .cache/partitions in the "
-                   "repository for --full, a temporary directory for --quick)")
+    p.add_argument("--cache", help="partition cache of the measured runs (default: partitions/ in sarlab's cache "
+                   "for --full, "
+                   "a temporary directory for --quick)")
     p.add_argument("--dry-run", action="store_true", help="say which steps and units would run, run nothing")
     p.add_argument("--json", metavar="PATH", help="write a machine-readable summary of what ran here")
     return p.parse_args(argv)
@@ -127,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = Path(args.out) if args.out else DEFAULT_OUT / ("quick" if args.quick else "full")
     out.mkdir(parents=True, exist_ok=True)
-    cache = Path(args.cache) if args.cache else (None if args.quick else REPO / ".cache" / "partitions")
+    cache = Path(args.cache) if args.cache else (None if args.quick else cache_dir("partitions"))
 
     def log(line: str) -> None:
         print(line, flush=True)
@@ -169,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         keep = {u: e for u, e in old.get("units", {}).items() if u in units and u not in todo[step]}
         manifest = {"format_version": MANIFEST_VERSION, "step": step, "run": run_name, "complete": False,
                     "params_sha": params_sha(units), "command": "sarlab reproduce --" + run_name + f" --only {step}",
+                    "sarlab_version": version_string(),
                     "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "units": keep}
         write_manifest(out, step, manifest)
         step_failed = False
@@ -219,7 +224,8 @@ def _write_summary(path: str | None, summary: dict[str, Any], ok: bool) -> None:
         return
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps({**summary, "ok": ok}, indent=1, default=str) + "\n")
+    summary = {**summary, "sarlab_version": version_string(), "ok": ok}
+    target.write_text(json.dumps(summary, indent=1, default=str) + "\n")
 
 
 if __name__ == "__main__":

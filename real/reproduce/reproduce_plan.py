@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from sarlab import simulator as sarlab_simulator
 from sarlab.executor.reproduce.accuracy_table import AccuracyConfig
 from sarlab.executor.reproduce.fig7 import Fig7Config
 from sarlab.executor.reproduce.fig8 import Fig8Config
@@ -20,7 +21,7 @@ from sarlab.executor.reproduce.step_cache import params_sha
 from sarlab.simulator.hardware.profile import PRESETS, load_profile
 from sarlab.simulator.studies.figures import MEASURED, SIMULATED
 
-REPO = Path(__file__).resolve().parent.parent
+SIMULATOR_DIR = Path(sarlab_simulator.__file__).resolve().parent  # the simulator's sources (checkout or installed)
 STEPS = ("fig2", "fig3_fig4", "fig5_fig6", "fig7", "fig8", "accuracy")
 ALIASES = {"fig2": "fig2", "fig3": "fig3_fig4", "fig4": "fig3_fig4", "fig3_fig4": "fig3_fig4",
            "fig5": "fig5_fig6", "fig6": "fig5_fig6", "fig5_fig6": "fig5_fig6", "fig7": "fig7", "fig8": "fig8",
@@ -80,8 +81,8 @@ QUICK = {
 def simulator_source_sha() -> str:
     """Hash of the simulator's Python sources (a parameter of every simulated unit)."""
     h = hashlib.sha256()
-    for path in sorted((REPO / "simulator").rglob("*.py")):
-        h.update(str(path.relative_to(REPO)).encode())
+    for path in sorted(SIMULATOR_DIR.rglob("*.py")):
+        h.update(str(path.relative_to(SIMULATOR_DIR)).encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
 

@@ -35,6 +35,8 @@ CONFIG_COLUMNS = ("graph", "partition_dir", "num_nodes", "num_edges", "feature_d
                   "dropout", "threads", "net", "mfg", "label_aug", "lr_schedule", "correct_smooth")
 #: what a run with ``correct_smooth`` adds to its last epoch's record (NaN in the other records)
 CS_COLUMNS = ("cs_train_acc", "cs_val_acc", "cs_test_acc")
+#: which sarlab measured a record: ``sarlab.version.version_string()`` (version, and the git commit from a checkout)
+VERSION_COLUMN = "sarlab_version"
 RECORD_COLUMNS = METRIC_COLUMNS + CONFIG_COLUMNS
 #: values of configuration columns that older records do not carry
 CONFIG_DEFAULTS = {"label": "", "graph": "", "partition_dir": "", "heads": 1, "aggr": "mean", "fused": False,

@@ -16,6 +16,7 @@ from sarlab.strategies.correct_smooth import PRESETS, CSConfig, correct_and_smoo
 from sarlab.strategies.label_aug import label_input_mask, with_label_inputs
 from sarlab.strategies.mfg import PrunedGraph
 from sarlab.strategies.stale import StaleHalos
+from sarlab.version import version_string
 
 LR_SCHEDULES = ("constant", "cosine")
 
@@ -290,5 +291,6 @@ class Trainer:
                    num_nodes=self.graph.num_nodes_global, feature_dim=self.part.feature_dim,
                    num_classes=self.part.num_classes, num_relations=self.part.num_relations,
                    mfg=self.train_cfg.mfg, label_aug=self.train_cfg.label_aug,
-                   lr_schedule=self.train_cfg.lr_schedule, correct_smooth=self.train_cfg.correct_smooth)
+                   lr_schedule=self.train_cfg.lr_schedule, correct_smooth=self.train_cfg.correct_smooth,
+                   sarlab_version=version_string())  # which sarlab (and git commit, from a checkout) measured it
         return out

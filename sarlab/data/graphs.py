@@ -1,4 +1,4 @@
-"""Graph sources: synthetic generator, Cora-style npz, OGB local layout, PyG ``Data``.
+"""Graph sources: synthetic generator, Cora-style npz, the shipped Planetoid datasets, OGB local layout.
 
 One spec string selects a source (see :func:`load_graph`). Every loader checks what it returns with
 :func:`sarlab.data.validate_data.check_graph` (NaN/inf features, labels, splits) before anything is computed.
@@ -11,6 +11,8 @@ import os
 
 import numpy as np
 
+from sarlab.data import datasets
+from sarlab.data.convert import from_pyg, from_scipy, read_npz, to_graph
 from sarlab.data.graph_data import Graph, check_fractions, checked, classes_of, clean_edges, parse_params, split_masks
 from sarlab.data.hetero import HETERO_TYPES, OGB_HETERO, hetero_graph, ogb_hetero_needed_files, read_ogb_hetero
 from sarlab.data.validate_data import InputError, integer_labels
@@ -89,36 +91,20 @@ def synthetic_graph(nodes: int = 10_000, degree: float = 10.0, features: int = 3
 
 def npz_graph(path: str, seed: int = 0, train: float = 0.6, val: float = 0.2,
               undirected: bool = True) -> Graph:
-    """Cora-style npz: scipy CSR arrays ``adj_{data,indices,indptr,shape}``, ``attr_*`` and ``labels``.
+    """Cora-style npz: scipy CSR arrays ``adj_{data,indices,indptr,shape}``, ``attr_*``, ``labels`` and, when
+    stored, boolean ``train_mask``/``val_mask``/``test_mask``.
 
     Row ``i`` of the adjacency lists the neighbours of ``i``; the graph is made undirected by default
-    (as PyG's Planetoid datasets are). Features are the dense rows of the attribute matrix.
+    (as PyG's Planetoid datasets are). Features are the dense rows of the attribute matrix. The stored masks are
+    the split; a file without them gets a random ``train``/``val``/rest split by ``seed`` (partial masks: see
+    :func:`~sarlab.data.convert.fill_masks`). The Graph's name says which (``cora [split: stored]``,
+    ``cora [split: random, seed 0]``).
     """
-    import scipy.sparse as sp
-
     check_fractions(train, val)
-    if not os.path.isfile(path):
-        raise InputError(f"npz graph file not found: {path!r}")
-    with np.load(path, allow_pickle=False) as z:
-        missing = [k for k in ("adj_data", "adj_indices", "adj_indptr", "adj_shape", "labels") if k not in z.files]
-        if missing:
-            raise InputError(f"{path}: not a Cora-style npz, missing arrays {missing} (found {sorted(z.files)})")
-        adj = sp.csr_matrix((z["adj_data"], z["adj_indices"], z["adj_indptr"]), shape=tuple(z["adj_shape"]))
-        if "attr_data" in z.files:
-            attr = sp.csr_matrix((z["attr_data"], z["attr_indices"], z["attr_indptr"]),
-                                 shape=tuple(z["attr_shape"])).toarray()
-        elif "attr_matrix" in z.files:
-            attr = np.asarray(z["attr_matrix"])
-        else:
-            raise InputError(f"{path}: no attribute arrays (attr_data/attr_indices/attr_indptr/attr_shape)")
-        labels = integer_labels(z["labels"], path)
-    n = adj.shape[0]
-    coo = adj.tocoo()
-    src, dst = clean_edges(coo.row, coo.col, n, undirected=undirected)
-    train_mask, val_mask, test_mask = split_masks(n, seed, train, val)
-    name = os.path.splitext(os.path.basename(path))[0]
-    return checked(Graph(name, n, src, dst, attr.astype(np.float32), labels, train_mask, val_mask, test_mask,
-                          classes_of(labels)))
+    arrays = read_npz(path)
+    return from_scipy(arrays["adj"], arrays["features"], arrays["labels"], arrays["train_mask"], arrays["val_mask"],
+                      arrays["test_mask"], name=os.path.splitext(os.path.basename(path))[0], undirected=undirected,
+                      seed=seed, train=train, val=val)
 
 
 def ogb_needed_files(meta: dict) -> tuple[list[str], list[str], list[str], str]:
@@ -238,33 +224,21 @@ def ogb_graph(name: str, root: str, reverse: bool = False) -> Graph:
                           masks[0], masks[1], masks[2], classes_of(labels)))
 
 
-def from_pyg(data, name: str = "pyg", seed: int = 0, train: float = 0.6, val: float = 0.2) -> Graph:
-    """A PyG ``Data`` object (``x``, ``edge_index``, ``y``; masks used when present)."""
-    if getattr(data, "x", None) is None or getattr(data, "y", None) is None:
-        raise InputError("PyG Data needs node features `x` and labels `y`")
-    check_fractions(train, val)
-    n = int(data.num_nodes)
-    ei = data.edge_index.cpu().numpy()
-    src, dst = clean_edges(ei[0], ei[1], n, undirected=False)
-    if all(getattr(data, k, None) is not None for k in ("train_mask", "val_mask", "test_mask")):
-        masks = tuple(getattr(data, k).cpu().numpy().astype(bool) for k in ("train_mask", "val_mask", "test_mask"))
-    else:
-        masks = split_masks(n, seed, train, val)
-    y = integer_labels(data.y.cpu().numpy(), f"PyG Data {name!r}")
-    return checked(Graph(name, n, src, dst, data.x.cpu().numpy().astype(np.float32), y, *masks, classes_of(y)))
-
-
 _SYNTH_TYPES = {"nodes": int, "degree": float, "features": int, "classes": int, "homophily": float,
                 "power": float, "noise": float, "seed": int, "train": float, "val": float}
 
 
-def load_graph(spec: str) -> Graph:
-    """Load a graph from a spec string.
+def load_graph(spec) -> Graph:
+    """Load a graph from a spec string (or convert a Graph, PyG ``Data`` or networkx graph: see
+    :func:`~sarlab.data.convert.to_graph`).
 
     ``synthetic:nodes=100000,degree=20,features=64,classes=16,seed=0`` (see :func:`synthetic_graph`),
-    ``npz:PATH`` (see :func:`npz_graph`), ``ogb:ogbn-arxiv:ROOT`` (see :func:`ogb_graph`; ``ogb:ogbn-mag+rev:ROOT``
+    ``npz:PATH`` (see :func:`npz_graph`), ``planetoid:cora`` / ``planetoid:citeseer`` (shipped, public split: see
+    :mod:`sarlab.data.datasets`), ``ogb:ogbn-arxiv:ROOT`` (see :func:`ogb_graph`; ``ogb:ogbn-mag+rev:ROOT``
     adds the reverse relations), ``hetero:nodes=20000,seed=0`` (see :func:`~sarlab.data.hetero.hetero_graph`).
     """
+    if not isinstance(spec, str):
+        return to_graph(spec)
     kind, _, rest = spec.partition(":")
     if kind == "synthetic":
         return synthetic_graph(**parse_params(rest, _SYNTH_TYPES, "synthetic graph spec"))
@@ -272,6 +246,8 @@ def load_graph(spec: str) -> Graph:
         return hetero_graph(**parse_params(rest, HETERO_TYPES, "hetero graph spec"))
     if kind == "npz":
         return npz_graph(rest)
+    if kind == "planetoid":
+        return datasets.load(rest)
     if kind == "ogb":
         name, _, root = rest.partition(":")
         if not name or not root:
@@ -291,6 +267,7 @@ def load_graph(spec: str) -> Graph:
         raise InputError(f"{spec!r} is a file, not a graph spec; for a Cora-style file write npz:{spec}")
     if kind == spec or os.sep in spec or spec.startswith((".", "~")):
         raise InputError(f"no such directory: {spec!r} (a graph spec is synthetic:k=v,..., hetero:k=v,..., "
-                         "npz:PATH, ogb:NAME:ROOT, or an existing partition directory)")
-    raise InputError(f"unknown graph spec {spec!r}: use synthetic:k=v,..., hetero:k=v,..., npz:PATH, ogb:NAME:ROOT, "
+                         "npz:PATH, planetoid:cora|citeseer, ogb:NAME:ROOT, or an existing partition directory)")
+    raise InputError(f"unknown graph spec {spec!r}: use synthetic:k=v,..., hetero:k=v,..., npz:PATH, "
+                     "planetoid:cora|citeseer, ogb:NAME:ROOT, "
                      "or a partition directory")

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from sarlab.core.machine import cpu_model, usable_cores
+from sarlab.paths import cache_dir
 from sarlab.simulator.hardware.plausibility import implausible_compute_scale, implausible_thread_effs
 from sarlab.simulator.hardware.profile import PRESETS, Profile, load_profile
 
@@ -24,7 +25,7 @@ PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 #: what ``sarlab simulate`` uses when this machine has no calibration of its own
 DEFAULT_PROFILE = PROFILES_DIR / "epyc-2core.json"
 #: where ``sarlab calibrate`` writes by default (relative to the working directory, git-ignored)
-LOCAL_PROFILE = Path(".cache") / "simulator_profile.json"
+LOCAL_PROFILE = cache_dir("simulator_profile.json")  # per-user cache (or a checkout's .cache), not the cwd
 
 
 def shipped_profiles() -> dict[str, Path]:
