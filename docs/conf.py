@@ -1,13 +1,10 @@
 """Sphinx configuration of the sarlab documentation.
 
-Build (warnings are errors): ``python docs/build.py OUTDIR`` or ``make docs`` (HTML under ``.cache/docs``).
-``build.py`` copies these sources to a temporary folder first, so the API stubs that autosummary generates
-never land in the checkout.
+Build (warnings are errors): ``make docs`` or ``python docs/build.py OUTDIR``, which copies these sources to a
+temporary folder first, so the API stubs that autosummary generates never land in the checkout (a plain
+``python -m sphinx docs OUTDIR`` works too and writes them to the ignored ``docs/generated/``).
 """
 from __future__ import annotations
-
-import os
-import sys
 
 import sarlab
 
@@ -25,14 +22,17 @@ extensions = [
     "sphinx.ext.viewcode",
 ]
 
-templates_path = ["_templates"]
-exclude_patterns = ["_build", "build.py"]
+exclude_patterns = ["_build"]
 root_doc = "index"
 
 # API reference: one page per module, generated from the docstrings.
 autosummary_generate = True
 autosummary_imported_members = False
-autodoc_default_options = {"members": True, "show-inheritance": True}
+# ignore-module-all: a package's __init__ re-exports names for users; they are documented once, where defined
+# (listing them under every package that re-exports them makes ambiguous cross-references).
+autodoc_default_options = {"members": True, "show-inheritance": True, "ignore-module-all": True}
+# torch.autograd.Function.forward/backward docstrings (with labels of torch's own docs) are not ours to show.
+autodoc_inherit_docstrings = False
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 autodoc_typehints_format = "short"
@@ -48,7 +48,3 @@ nitpicky = False
 html_theme = "alabaster"
 html_title = f"sarlab {release}"
 html_static_path: list[str] = []
-
-# The simulator's default profiles and the kernels' build folder are found relative to the package.
-os.environ.setdefault("SARLAB_KERNELS", "torch")  # importing for autodoc never compiles the C++ kernels
-sys.setrecursionlimit(max(sys.getrecursionlimit(), 5000))

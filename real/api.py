@@ -15,6 +15,8 @@ come back on rank 0 (they are the same on every rank) and are None elsewhere.
 """
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import os
 import shutil
 import tempfile
@@ -29,11 +31,12 @@ from torch import nn
 from sarlab.core import checkpoint
 from sarlab.core.config import EngineConfig, SamplingConfig
 from sarlab.core.train import DTYPES, TrainConfig
-from sarlab.data.graphs import Graph
+from sarlab.data.convert import to_graph
+from sarlab.data.graphs import Graph, load_graph
 from sarlab.data.partition import is_partition_dir, load_manifest, partition, report
 from sarlab.data.validate_data import InputError, check_int
 from sarlab.executor.commands.options import prepare_partition, progress
-from sarlab.executor.launch import custom_model
+from sarlab.executor.launch import custom_model, outputs, sizing
 from sarlab.executor.launch.jobs import Fault, Job
 from sarlab.executor.launch.launcher import launch, preflight
 from sarlab.executor.launch.netspec import NetSpec
@@ -102,25 +105,24 @@ def _world(workers: int | None) -> int:
     return workers
 
 
-def _partition(graph: str | Graph, world: int, method: str, seed: int, partition_dir: str | None,
+def _partition(graph: str | Graph | object, world: int, method: str, seed: int, partition_dir: str | None,
                force: bool, log) -> tuple[str, str | None]:
-    """A partition directory of ``graph`` (a spec, a partition directory or a :class:`Graph`) into ``world``
-    parts; returns (directory, temporary directory to delete afterwards or None)."""
+    """A partition directory of ``graph`` (a spec, a partition directory, a :class:`Graph`, a PyG ``Data`` or a
+    networkx graph) into ``world`` parts; returns (directory, temporary directory to delete afterwards or None)."""
     if under_torchrun() and not (isinstance(graph, str) and is_partition_dir(graph)):
         raise InputError("under torchrun every rank must load the same partition: give a partition directory with "
                          "WORLD_SIZE parts (from `sarlab partition`), not a graph spec or a Graph")
+    if not isinstance(graph, str):
+        graph = to_graph(graph)  # a PyG Data keeps its masks (sarlab.data.convert.from_pyg)
     if isinstance(graph, Graph):
         tmp = None
         out_dir = partition_dir
         if out_dir is None:
-            tmp = tempfile.mkdtemp(prefix="sarlab-parts-")
+            tmp = tempfile.mkdtemp(prefix=f"sarlab-parts-{os.getpid()}-")  # swept once this pid is gone
             out_dir = os.path.join(tmp, "parts")
         log(report(partition(graph, world, out_dir, method=method, seed=seed, source=graph.name, progress=log,
                              force=force)))
         return out_dir, tmp
-    if not isinstance(graph, str):
-        raise InputError(f"graph must be a spec string, a partition directory or a sarlab Graph, "
-                         f"got {type(graph).__name__}")
     if os.path.isdir(graph) and not is_partition_dir(graph):
         raise InputError(f"{graph!r} is a directory without manifest.json; not a partition directory")
     pdir, tmp = prepare_partition(graph, world, method, seed, partition_dir, force)
@@ -148,9 +150,10 @@ def _execute(job: Job, world: int, port: int, net: NetSpec, run_timeout_s: float
     return launch(job, world, port=port, net=net, log=log, run_timeout_s=run_timeout_s)
 
 
-def run(graph: str | Graph, *, workers: int | None = None, model: ModelConfig | str = "sage",
-        model_fn: Callable | None = None, train: TrainConfig | None = None, engine: EngineConfig | None = None,
-        sampling: SamplingConfig | None = None, net: str | NetSpec = "loopback", predict: bool = False,
+def run(graph: str | Graph | object, *, workers: int | None = None, model: ModelConfig | str = "sage",
+        model_fn: Callable | None = None, train: TrainConfig | None = None, epochs: int | None = None,
+        engine: EngineConfig | None = None, sampling: SamplingConfig | None = None, net: str | NetSpec = "loopback",
+        predict: bool = False,
         method: str = "metis", partition_dir: str | None = None, force: bool = False, backend: str = "gloo",
         timeout_s: float = 60.0, run_timeout_s: float | None = None, threads: int = 0, port: int = 0,
         memory: str = "live", label: str = "", quiet: bool = True, fault: Fault | None = None,
@@ -160,12 +163,15 @@ def run(graph: str | Graph, *, workers: int | None = None, model: ModelConfig | 
     """Train a model on ``graph`` across ``workers`` processes; the Python form of ``sarlab train``.
 
     Args:
-        graph: graph spec (``npz:PATH``, ``synthetic:...``, ``ogb:...``), partition directory, or a
-            :class:`~sarlab.data.graphs.Graph`; partitioned into ``workers`` parts with ``method`` and ``model.seed``.
+        graph: graph spec (``planetoid:cora``, ``npz:PATH``, ``synthetic:...``, ``ogb:...``), partition directory,
+            a :class:`~sarlab.data.graphs.Graph`, a PyG ``Data`` (its masks kept, see
+            :func:`~sarlab.data.convert.from_pyg`) or a networkx graph (:func:`~sarlab.data.convert.from_networkx`);
+            partitioned into ``workers`` parts with ``method`` and ``model.seed``.
         workers: local worker processes (default 2; under torchrun: its world size).
         model: built-in architecture (or just its name); with ``model_fn`` only its ``seed`` is used.
         model_fn: the user's model (see :mod:`sarlab.executor.launch.custom_model`); built on every rank with
         ``model.seed``. train, engine, sampling: optimisation, aggregation mode, mini-batch sampling (None: full-batch).
+        epochs: shorthand for ``train.epochs`` (overrides it).
         net: ``loopback`` or an emulated network spec (``veth:rate=...``, needs root).
         predict: return every node's final eval-mode logits.
         partition_dir: keep the partition here (default: a temporary directory, deleted afterwards).
@@ -180,37 +186,51 @@ def run(graph: str | Graph, *, workers: int | None = None, model: ModelConfig | 
     """
     cfg = _model_config(model)
     train = train or TrainConfig()
+    if epochs is not None:
+        train = dataclasses.replace(train, epochs=epochs)
     engine = engine or EngineConfig()
     net = NetSpec.parse(net)
     world = _world(workers)
     blob = custom_model.pack(model_fn) if model_fn is not None else None
     if not under_torchrun():
         preflight(world, net, fault, timeout_s)  # before anything is partitioned or built
-    if checkpoint_dir:
-        checkpoint.check_checkpoint_dir(checkpoint_dir, force=force, resume_from=resume_dir)
-    for path, kind in ((save_model, "model"), (predict_path, "predictions")):
-        if path:
-            checkpoint.check_target(path, kind, force)
-    pdir, tmp = _partition(graph, world, method, cfg.seed, partition_dir, force, log)
-    outdir = tempfile.mkdtemp(prefix="sarlab-run-")
+    outputs.check_fault(fault, train.epochs)
+    sizing.check_run_size(graph, world, cfg, train, force, log)  # before anything is loaded or allocated
+    plan = outputs.OutputPlan(checkpoint_dir, resume_dir, None, save_model, predict_path, force,
+                              lock=os.environ.get("RANK", "0") == "0", log=log)  # checked, locked: see outputs
+    resume_dir, tmp = plan.resume_dir, None
+    outdir = tempfile.mkdtemp(prefix=f"sarlab-run-{os.getpid()}-out-")  # swept like a run directory
     try:
+        pdir, tmp = _partition(graph, world, method, cfg.seed, partition_dir, force, log)
         manifest = load_manifest(pdir)
         if on_partition is not None:
             on_partition(pdir)
         fingerprint_cfg = _check_model_fn(model_fn, manifest, cfg, train) if model_fn is not None else cfg
+        done = None
         if resume_dir:
-            checkpoint.check_compatible(checkpoint.load_checkpoint(resume_dir), fingerprint_cfg, train.dtype,
-                                        checkpoint.graph_facts(manifest), epochs=train.epochs)
-        state_path = save_model or os.path.join(outdir, "model.pt")
-        pred_path = predict_path or (os.path.join(outdir, "predictions.pt") if predict else None)
-        job = Job("train", pdir, cfg, train, engine, backend=backend, timeout_s=timeout_s, threads=threads,
-                  fault=fault, quiet=quiet, label=label, checkpoint_dir=checkpoint_dir,
-                  checkpoint_every=checkpoint_every, resume_dir=resume_dir, save_model=state_path,
-                  predict=pred_path, force=force, memory=memory, sampling=sampling, model_factory=blob)
-        records = pd.DataFrame(_execute(job, world, port, net, run_timeout_s, log))
-        if not os.path.exists(state_path):  # a torchrun rank other than 0: rank 0 wrote its own files
-            return RunResult(records, None, None, None)
-        state = torch.load(state_path, map_location="cpu", weights_only=True)["state"]
+            payload = checkpoint.load_checkpoint(resume_dir)  # sha256-verified
+            checkpoint.check_compatible(payload, fingerprint_cfg, train.dtype, checkpoint.graph_facts(manifest))
+            outputs.check_fault(fault, train.epochs, payload["epochs_done"], log)
+            done = payload if payload["epochs_done"] >= train.epochs else None
+        # the workers write into the run's own directory; outputs.deliver moves the files into place
+        state_path = os.path.join(outdir, "model.pt")
+        pred_path = os.path.join(outdir, "predictions" + (".npz" if (predict_path or "").endswith(".npz") else ".pt")) \
+            if predict or predict_path else None
+        if done is not None:
+            log(f"the checkpoint in {resume_dir} has already done {done['epochs_done']} epochs (epochs="
+                f"{train.epochs}): nothing left to train; no model or predictions written")
+            records, state, pred_path = pd.DataFrame(done.get("history") or []), done["state"]["model"], None
+        else:
+            job = Job("train", pdir, cfg, train, engine, backend=backend, timeout_s=timeout_s, threads=threads,
+                      fault=fault, quiet=quiet, label=label, checkpoint_dir=checkpoint_dir,
+                      checkpoint_every=checkpoint_every, resume_dir=resume_dir, save_model=state_path,
+                      predict=pred_path, force=force, memory=memory, sampling=sampling, model_factory=blob)
+            records = pd.DataFrame(_execute(job, world, port, net, run_timeout_s, log))
+            outputs.deliver([(state_path, save_model, "--save-model")] * bool(save_model)
+                            + [(pred_path, predict_path, "--predict")] * bool(predict_path), records.to_dict("records"))
+            if not os.path.exists(state_path):  # a torchrun rank other than 0: rank 0 wrote its own files
+                return RunResult(records, None, None, None)
+            state = torch.load(state_path, map_location="cpu", weights_only=True)["state"]
         in_dim = manifest["feature_dim"] + (manifest["num_classes"] if train.label_aug else 0)
         if model_fn is not None:
             fresh = custom_model.build(model_fn, in_dim, manifest["num_classes"], cfg.seed, train.dtype)
@@ -229,9 +249,10 @@ def run(graph: str | Graph, *, workers: int | None = None, model: ModelConfig | 
         shutil.rmtree(outdir, ignore_errors=True)
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+        plan.close()
 
 
-def gradients(graph: str | Graph, *, workers: int | None = None, model: ModelConfig | str = "sage",
+def gradients(graph: str | Graph | object, *, workers: int | None = None, model: ModelConfig | str = "sage",
               model_fn: Callable | None = None, engine: EngineConfig | None = None, dtype: str = "float64",
               method: str = "metis", partition_dir: str | None = None, force: bool = False,
               backend: str = "gloo", timeout_s: float = 60.0, run_timeout_s: float | None = None, threads: int = 0,
@@ -263,3 +284,63 @@ def gradients(graph: str | Graph, *, workers: int | None = None, model: ModelCon
         logits[r["orig_ids"]] = r["logits"]
     return GradientResult(loss=float(first["loss"]), grads=first["grads"], logits=logits, init=first["init"],
                           bytes_sent=[int(r["bytes_sent"]) for r in ranks])
+
+
+def load_model(path: str) -> nn.Module:
+    """The model a run saved (``save_model=PATH`` / ``--save-model PATH``), with its weights, in eval mode.
+
+    Wraps :func:`sarlab.core.checkpoint.load_model`; the returned :class:`~sarlab.nn.model.GNN` also carries
+    ``in_dim`` (its input width), ``feature_dim`` and ``num_classes``, which :func:`predict` reads (a model trained
+    with label augmentation takes ``feature_dim + num_classes`` inputs).
+
+    Args:
+        path: the model file.
+    """
+    model = checkpoint.load_model(path)
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    model.feature_dim, model.num_classes = int(payload["feature_dim"]), int(payload["num_classes"])
+    model.in_dim = int(payload.get("in_dim", payload["feature_dim"]))
+    return model
+
+
+def predict(model: nn.Module, graph: str | Graph | object, *, engine: EngineConfig | None = None) -> torch.Tensor:
+    """Every node's eval-mode logits of ``model`` on the whole ``graph``, in this process (no workers, no launcher).
+
+    The graph is held as one worker's shard (:meth:`~sarlab.core.shards.ShardedGraph.single`); row ``i`` is
+    node ``i``. A model with ``in_dim = feature_dim + num_classes`` (label augmentation) gets the one-hot labels of
+    the training nodes appended to the features, zero elsewhere, as at a run's evaluation. Example::
+
+        import sarlab
+        sarlab.run("planetoid:cora", workers=2, model="gcn", epochs=20, save_model="gcn.pt")
+        logits = sarlab.predict(sarlab.load_model("gcn.pt"), "planetoid:cora")   # [2708, 7]
+        accuracy = (logits.argmax(1).numpy() == sarlab.load_graph("planetoid:cora").labels).mean()
+
+    Args:
+        model: a model from :func:`load_model` or a run's ``RunResult.model`` (any module whose forward takes
+            ``(graph, x)`` or ``(graph, x, epoch)``).
+        graph: a graph spec, a :class:`~sarlab.data.graphs.Graph`, a PyG ``Data`` or a networkx graph.
+        engine: the aggregation settings (default :class:`~sarlab.core.config.EngineConfig`; one worker, so the
+            mode changes no number beyond rounding).
+    """
+    from sarlab.core.shards import ShardedGraph
+    from sarlab.strategies.label_aug import with_label_inputs
+
+    if isinstance(graph, str) and is_partition_dir(graph):
+        raise InputError(f"{graph!r} is a partition directory; predict needs the whole graph (give its spec)")
+    g = load_graph(graph)
+    first = next(iter(model.parameters()), None)
+    dtype = first.dtype if first is not None else torch.float32
+    x = torch.from_numpy(g.features).to(dtype)
+    in_dim = getattr(model, "in_dim", g.feature_dim)
+    if in_dim == g.feature_dim + g.num_classes and in_dim != g.feature_dim:
+        x = with_label_inputs(x, torch.from_numpy(g.labels), g.num_classes, torch.from_numpy(g.train_mask))
+    elif in_dim != g.feature_dim:
+        raise InputError(f"the model takes {in_dim} inputs per node but graph {g.name!r} has {g.feature_dim} "
+                         "features: it was trained on another graph")
+    sharded = ShardedGraph.single(g.src, g.dst, g.num_nodes, engine or EngineConfig(), edge_type=g.edge_type,
+                                  num_relations=g.num_relations)
+    model.eval()
+    with torch.no_grad():
+        if isinstance(model, GNN) or len(inspect.signature(model.forward).parameters) >= 3:
+            return model(sharded, x, 0)
+        return model(sharded, x)

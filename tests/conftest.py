@@ -1,4 +1,4 @@
-"""Shared fixtures: small graphs, the Cora file, a CLI runner and a spawned-ranks runner, both with timeouts."""
+"""Shared fixtures: small graphs, the shipped Cora file, a CLI runner and a spawned-ranks runner, both with timeouts."""
 from __future__ import annotations
 
 import datetime
@@ -11,14 +11,14 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CORA = os.path.join(os.path.dirname(ROOT), "shared", "data", "cora.npz")
 
 
 @pytest.fixture(scope="session")
 def cora_path() -> str:
-    if not os.path.isfile(CORA):
-        raise FileNotFoundError(f"Cora test data expected at {CORA} (../shared/data/cora.npz beside the repo)")
-    return CORA
+    """The Cora npz shipped inside the package (Planetoid release, public split): see :mod:`sarlab.data.datasets`."""
+    from sarlab.data import datasets
+
+    return str(datasets.path("cora"))
 
 
 @pytest.fixture(scope="session")

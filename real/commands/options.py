@@ -33,14 +33,23 @@ def progress(msg: str) -> None:
 
 
 def write_json(path: str | None, payload) -> None:
-    """Write ``payload`` as JSON to ``path`` atomically (write, then rename); nothing when ``path`` is empty."""
+    """Write ``payload`` as JSON to ``path`` atomically (unique temporary name, fsync, rename); nothing when ``path``
+    is empty."""
     if not path:
         return
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(payload, f, indent=1, default=str)
-    os.replace(tmp, path)
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}-", suffix=".tmp", dir=parent)
+    try:  # a unique temporary name, flushed to disk, renamed; removed on any failure (a full disk)
+        with os.fdopen(fd, "w") as f:
+            json.dump(payload, f, indent=1, default=str)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def add_model_args(p: argparse.ArgumentParser, defaults: dict | None = None) -> None:
@@ -169,7 +178,7 @@ def prepare_partition(spec: str, workers: int, method: str, seed: int,
     graph = load_source(spec)
     tmp = None
     if out_dir is None:
-        tmp = tempfile.mkdtemp(prefix="sarlab-parts-")
+        tmp = tempfile.mkdtemp(prefix=f"sarlab-parts-{os.getpid()}-")  # swept once this pid is gone
         out_dir = os.path.join(tmp, "parts")
     manifest = partition(graph, workers, out_dir, method=method, seed=seed, source=spec, progress=progress,
                          force=force)

@@ -1,7 +1,8 @@
 """``sarlab plan``: which strategy, how many workers and which resource give the lowest time, the lowest cost and
 the best value (1 / (time x cost)) for a graph, a model and a number of epochs, with the memory each needs.
 
-Every candidate (strategy x workers x resource) is one simulated epoch
+The work is :func:`sarlab.simulator.api.plan` (``sarlab.plan``); this module is its flags and its table. Every
+candidate (strategy x workers x resource) is one simulated epoch
 (:func:`sarlab.simulator.strategies.strategies.predict`) on the machine profile turned into that resource
 (:func:`sarlab.simulator.strategies.cost_model.resource_profile`), billed by
 :func:`sarlab.simulator.strategies.cost_model.run_cost`. Candidates whose worker needs more memory than the resource has
@@ -11,30 +12,11 @@ something else than exact full-batch training (``results/strategies.md`` measure
 from __future__ import annotations
 
 import argparse
-import math
-import shutil
-import tempfile
-import time
-from pathlib import Path
 
-from sarlab.data.partition import is_partition_dir, partition
-from sarlab.executor.commands.options import EPILOG, load_source, progress, write_json
-from sarlab.simulator.hardware.provenance import profile_line, resolve_profile
-from sarlab.simulator.strategies.cost_model import (
-    GIB,
-    load_resources,
-    resource_profile,
-    resources_json,
-    run_cost,
-    value,
-)
-from sarlab.simulator.strategies.sampling_model import SamplingSpec, parse_fanouts
-from sarlab.simulator.strategies.strategies import STRATEGIES, predict
-from sarlab.simulator.workload.model import ModelSpec, parse_model
-from sarlab.simulator.workload.sampled_sizes import DegreeDistribution, degrees_from_partition, train_nodes_per_part
-from sarlab.simulator.workload.workload import load_manifest, resolve_workload
+from sarlab.executor.commands.options import EPILOG, progress, write_json
+from sarlab.simulator import api
+from sarlab.simulator.strategies.strategies import STRATEGIES
 
-ENGINE_SPECS = ("synthetic:", "npz:", "ogb:")
 COLUMNS = ("strategy", "resource", "workers", "epoch_s", "time_s", "cost_usd", "value", "mem_gib", "fits")
 
 
@@ -74,97 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-class Workloads:
-    """Partition statistics, degrees and training nodes per worker count, from an engine graph (partitioned here,
-    into a temporary directory removed by :meth:`close`) or a simulator workload."""
-
-    def __init__(self, spec: str, edge_cut: float | None):
-        self.spec, self.edge_cut = spec, edge_cut
-        self.graph = load_source(spec) if spec.startswith(ENGINE_SPECS) else None
-        self.tmp = tempfile.mkdtemp(prefix="sarlab-plan-") if self.graph is not None else None
-
-    def fixed_workers(self) -> int | None:
-        """The worker count a partition directory without ``{N}`` fixes (else None)."""
-        return load_manifest(self.spec).num_parts if is_partition_dir(self.spec) else None
-
-    def get(self, workers: int):
-        """(stats, degrees, training nodes per part) for ``workers`` parts."""
-        if self.graph is not None:
-            out = str(Path(self.tmp) / f"parts-{workers}")
-            partition(self.graph, workers, out, method="metis", seed=0, source=self.spec, progress=None)
-            directory = out
-        else:
-            directory = self.spec.replace("{N}", str(workers))
-        if is_partition_dir(directory):
-            stats = load_manifest(directory)
-            return stats, degrees_from_partition(directory), train_nodes_per_part(stats, directory)
-        stats = resolve_workload(directory, workers, self.edge_cut)
-        degrees = DegreeDistribution.power_law(stats.num_nodes, stats.num_edges / max(stats.num_nodes, 1))
-        return stats, degrees, None
-
-    def close(self) -> None:
-        if self.tmp:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-
-
 def plan(a: argparse.Namespace) -> dict:
-    """Every candidate and the three picks (the work of :func:`main`)."""
-    base, source = resolve_profile(a.profile)
-    progress(profile_line(base, source))
-    resources = load_resources(a.prices)
-    names = list(resources) if a.resources is None else [r.strip() for r in a.resources.split(",") if r.strip()]
-    unknown = [n for n in names if n not in resources]
-    strategies = [s.strip() for s in a.strategies.split(",") if s.strip()]
-    if unknown:
-        raise ValueError(f"unknown resource(s) {unknown}: the prices know {sorted(resources)}")
-    if not strategies or set(strategies) - set(STRATEGIES):
-        raise ValueError(f"--strategies: choose among {', '.join(STRATEGIES)}")
-    if a.epochs < 1 or a.max_workers < 1 or a.staleness < 1:
-        raise ValueError("--epochs, --max-workers and --staleness must be >= 1")
-    model = parse_model(a.model, ModelSpec(layers=a.layers, hidden=a.hidden, heads=a.heads, fused=True,
-                                           batchnorm=False, dropout=0.0))
-    fanouts = parse_fanouts(a.fanouts or ",".join(str(f) for f in ([15, 10, 5] + [5] * a.layers)[:a.layers]),
-                            a.layers)
-    sampling = SamplingSpec(fanouts, a.batch_size)
-    loads = Workloads(a.graph, a.edge_cut)
-    fixed = loads.fixed_workers()
-    counts = [fixed] if fixed else [2 ** i for i in range(int(math.log2(a.max_workers)) + 1)]
-    rows = []
-    try:
-        for workers in counts:
-            start = time.perf_counter()
-            stats, degrees, train = loads.get(workers)
-            for name in names:
-                res = resources[name]
-                prof = resource_profile(base, res)
-                cap = min(res.memory_gib, a.memory_per_worker or math.inf)
-                for strategy in strategies:
-                    if workers == 1 and (strategy == "stale" or (strategy == "oneshot" and "sar" in strategies)):
-                        continue  # one worker: no halo, so stale is exact and oneshot is sar
-                    pred = predict(strategy, stats, model, prof, sampling=sampling, staleness=a.staleness,
-                                   degrees=degrees, train_per_part=train)
-                    total = pred.epoch_time_s * a.epochs
-                    cost = run_cost(res, workers, pred.epoch_time_s, a.epochs, model.layers)
-                    mem = pred.memory_per_worker_bytes / GIB
-                    rows.append({"strategy": strategy, "resource": name, "workers": workers,
-                                 "epoch_s": pred.epoch_time_s, "time_s": total, "cost_usd": cost,
-                                 "value": value(total, cost), "mem_gib": mem, "fits": mem <= cap,
-                                 "detail": pred.detail})
-            progress(f"{workers} worker(s): {sum(r['workers'] == workers for r in rows)} candidates in "
-                     f"{time.perf_counter() - start:.1f}s ({stats.graph})")
-    finally:
-        loads.close()
-    fits = [r for r in rows if r["fits"]]
-    picks = {}
-    if fits:
-        picks = {"lowest_time": min(fits, key=lambda r: r["time_s"]),
-                 "lowest_cost": min(fits, key=lambda r: r["cost_usd"]),
-                 "best_value": max(fits, key=lambda r: r["value"])}
-    return {"graph": a.graph, "model": model.label(), "layers": model.layers, "hidden": model.hidden,
-            "epochs": a.epochs, "profile": base.name, "profile_source": source, "fanouts": list(fanouts),
-            "batch_size": a.batch_size, "staleness": a.staleness, "memory_per_worker_gib": a.memory_per_worker,
-            "resources": resources_json({n: resources[n] for n in names}), "candidates": rows, "picks": picks,
-            "note": "accuracy is not modelled: sampling and stale learn differently from exact training"}
+    """Every candidate and the three picks (the work of :func:`main`): :func:`sarlab.simulator.api.plan` with the
+    flags' values, progress on stderr."""
+    return api.plan(a.graph, epochs=a.epochs, model=a.model, layers=a.layers, hidden=a.hidden, heads=a.heads,
+                    strategies=a.strategies, resources=a.resources, prices=a.prices, max_workers=a.max_workers,
+                    memory_per_worker=a.memory_per_worker, fanouts=a.fanouts, batch_size=a.batch_size,
+                    staleness=a.staleness, profile=a.profile, edge_cut=a.edge_cut, progress=progress)
 
 
 def table(rows: list[dict]) -> str:

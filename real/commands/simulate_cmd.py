@@ -1,7 +1,8 @@
 """Command-line entry points: ``sarlab calibrate`` and ``sarlab simulate`` (wired by real/commands/cli.py).
 
 ``simulate`` takes ``train``'s model flags with ``train``'s defaults (:data:`MODEL_DEFAULTS`), so the same
-flags describe the same model; ``--model`` (and ``--workers``) may list several values to sweep over.
+flags describe the same model; ``--model`` (and ``--workers``) may list several values to sweep over. Its
+Python form is :func:`sarlab.simulator.api.simulate` (``sarlab.simulate``), which takes the same defaults.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pandas as pd
 
 from sarlab.executor.calibration.calibrate import Calibration, calibrate
 from sarlab.paths import cache_dir
+from sarlab.simulator.api import MODEL_DEFAULTS  # ``sarlab train``'s model defaults, mirrored by the simulator
 from sarlab.simulator.hardware.profile import PRESETS, Profile, save_profile
 from sarlab.simulator.hardware.provenance import (
     LOCAL_PROFILE,
@@ -37,11 +39,6 @@ from sarlab.simulator.studies.validate import error_summary, markdown_table, val
 from sarlab.simulator.system.epoch import simulate_epoch
 from sarlab.simulator.workload.model import ModelSpec, parse_model
 
-#: ``sarlab train``'s model defaults (``sarlab.executor.commands.options.MODEL_DEFAULTS`` and ``add_model_args``),
-#: mirrored here
-#: because the simulator does not import ``real/``; ``tests/test_simulator_cli.py`` keeps the two equal
-MODEL_DEFAULTS = {"model": "sage", "layers": 2, "hidden": 64, "aggr": "mean", "heads": 4, "dropout": 0.0,
-                  "batchnorm": False, "seed": 0, "dtype": "float32"}
 #: exit status of ``sarlab calibrate`` when it refused an implausible calibration
 REJECTED = 3
 

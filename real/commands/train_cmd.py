@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 
-from sarlab.core import checkpoint
 from sarlab.core.comm import check_backend
 from sarlab.core.records import describe
 from sarlab.core.train import TrainConfig
@@ -24,6 +23,7 @@ from sarlab.executor.commands.options import (
     sampling_config,
     write_json,
 )
+from sarlab.executor.launch import outputs
 from sarlab.executor.launch.jobs import FAULT_KINDS, Fault
 from sarlab.executor.launch.lifecycle import interruptible
 
@@ -56,12 +56,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", default="metis", choices=["metis", "random"], help="partitioning method")
     p.add_argument("--partition-dir", help="keep the partition here (default: a temporary directory)")
     p.add_argument("--force", action="store_true",
-                   help="replace an existing sarlab partition/checkpoint/model/predictions file of the same kind")
+                   help="replace an existing sarlab partition/checkpoint/model/predictions file of the same kind "
+                        "(over a checkpoint: start afresh), and run although the memory estimate exceeds what is "
+                        "available")
     p.add_argument("--checkpoint", metavar="DIR",
-                   help="write a checkpoint here (atomically) every K epochs and at the end")
+                   help="write a checkpoint here (atomically, sha256-summed) every K epochs and at the end; if DIR "
+                        "already holds a compatible checkpoint the run continues it (one command line survives a "
+                        "restart, e.g. torchrun --max-restarts); DIR is locked while the run lasts")
     p.add_argument("--checkpoint-every", type=int, default=0, metavar="K",
                    help="checkpoint every K epochs (0: at the end)")
-    p.add_argument("--resume", metavar="DIR", help="continue from the checkpoint in DIR (--epochs is the total)")
+    p.add_argument("--resume", metavar="DIR|auto",
+                   help="continue from the checkpoint in DIR (--epochs is the total; a checkpoint that has done them "
+                        "all ends the run at once, exit 0); auto: the --checkpoint directory's if it holds one, else "
+                        "start afresh (the default with --checkpoint)")
     p.add_argument("--save-model", metavar="PATH", help="write the final weights here (.pt)")
     p.add_argument("--predict", metavar="PATH",
                    help="write every node's final logits here (.pt or .npz), in original node order")
@@ -71,9 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_memory_arg(p)
     p.add_argument("--fault", metavar="RANK:EPOCH:KIND",
                    help=f"deliberate failure, for rehearsing faults: KIND one of {', '.join(FAULT_KINDS)} on RANK at "
-                        "the start of EPOCH (cut: that rank's host link goes down; needs --net veth:...)")
+                        "the start of EPOCH, counted from 1 as progress is (1..--epochs; fires once, not again after "
+                        "a torchrun restart) (cut: that rank's host link goes down; needs --net veth:...)")
     p.add_argument("--inject-fault", dest="fault", help=argparse.SUPPRESS)
-    p.add_argument("--json", help="write all metric records (one per rank and epoch) here")
+    p.add_argument("--json", metavar="PATH.json",
+                   help="write all metric records (one per rank and epoch) here (checked before training; if the "
+                        "write fails the records go to a fallback file the error names)")
     return p
 
 
@@ -92,13 +102,8 @@ def check_dims(a: argparse.Namespace, pdir: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     check_int("workers", a.workers, 1)
-    if a.checkpoint:
-        checkpoint.check_checkpoint_dir(a.checkpoint, force=a.force, resume_from=a.resume)
-    resume = checkpoint.load_checkpoint(a.resume) if a.resume else None
-    if a.save_model:
-        checkpoint.check_target(a.save_model, "model", a.force)
-    if a.predict:
-        checkpoint.check_target(a.predict, "predictions", a.force)
+    if a.json:
+        outputs.check_output_file(a.json, "json")  # the other outputs: api.run, before any compute
     train_cfg = TrainConfig(epochs=a.epochs, lr=a.lr, weight_decay=a.weight_decay, dtype=a.dtype,
                             eval_every=a.eval_every, lr_schedule=a.lr_schedule, mfg=a.mfg, label_aug=a.label_aug,
                             correct_smooth=a.correct_smooth)
@@ -114,9 +119,6 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_partition(pdir: str) -> None:
         check_dims(a, pdir)
-        if resume is not None:
-            checkpoint.check_compatible(resume, model_config(a), a.dtype, checkpoint.graph_facts(load_manifest(pdir)),
-                                        epochs=a.epochs)
 
     result = api.run(a.graph, workers=None if api.under_torchrun() else a.workers, model=model_config(a),
                      train=train_cfg, engine=engine, sampling=sampling, net=a.net, method=a.method,
@@ -126,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:
                      save_model=a.save_model, predict_path=a.predict, on_partition=on_partition)
     if os.environ.get("RANK", "0") == "0":  # under torchrun every rank has the records: rank 0 reports them
         records = result.records.to_dict("records")
-        print(describe(records))
-        write_json(a.json, records)
+        if records:
+            print(describe(records))
+        try:
+            write_json(a.json, records)
+        except OSError as err:
+            raise outputs.save_records_fallback(records, err, f"--json {a.json!r}") from None
     return 0

@@ -15,7 +15,9 @@ FAULT_KINDS = ("raise", "sigkill", "hang", "cut")
 
 @dataclass(frozen=True)
 class Fault:
-    """Deliberate failure for testing fault handling: ``kind`` on ``rank`` at the start of ``epoch``.
+    """Deliberate failure for testing fault handling: ``kind`` on ``rank`` at the start of ``epoch`` (counted from 1,
+    as progress counts: ``1:1:raise`` fails rank 1 before its first epoch). It fires once: a run that torchrun
+    restarts (``TORCHELASTIC_RESTART_COUNT`` > 0) does not repeat it.
 
     Kinds: ``raise`` (an exception), ``sigkill`` (the process dies), ``hang`` (it stops answering), ``cut`` (its
     host's network link goes down; needs an emulated network).
@@ -32,8 +34,9 @@ class Fault:
             fault = cls(int(rank), int(epoch), kind)
         except ValueError as err:
             raise ValueError(f"fault must be RANK:EPOCH:KIND (e.g. 1:2:cut), got {text!r}") from err
-        if fault.rank < 0 or fault.epoch < 0:
-            raise ValueError(f"fault rank and epoch must be >= 0, got {text!r}")
+        if fault.rank < 0 or fault.epoch < 1:
+            raise ValueError(f"fault rank must be >= 0 and epoch >= 1 (epochs count from 1, as progress does), got "
+                             f"{text!r}")
         if fault.kind not in FAULT_KINDS:
             raise ValueError(f"fault kind must be one of {', '.join(FAULT_KINDS)}, got {fault.kind!r}")
         return fault

@@ -189,7 +189,10 @@ def _watch(procs: list[subprocess.Popen], network, rundir: str, grace_s: float,
         failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
         if failed:
             down = network.hosts_down() if network is not None else []
+            stalled = stalled_ranks(procs, failed, rundir)  # before they are stopped
             stop_workers(procs, grace_s)
+            if stalled and not down:
+                raise _stall_failure(stalled, failed, [p.returncode for p in procs], rundir)
             raise _failure(failed, [p.returncode for p in procs], rundir, network, down)
         if all(c == 0 for c in codes):
             return
@@ -197,6 +200,74 @@ def _watch(procs: list[subprocess.Popen], network, rundir: str, grace_s: float,
             stop_workers(procs, grace_s)
             raise WorkerError(-1, f"run exceeded {run_timeout_s:g}s and was stopped")
         time.sleep(0.05)
+
+
+#: what a rank's traceback says when a wait of its timed out (gloo, c10d, the store)
+TIMEOUT_MARKERS = ("timed out", "timeout", "Timeout")
+
+
+def _traceback_of(rundir: str, rank: int) -> str:
+    try:
+        with open(os.path.join(rundir, f"rank{rank}.err")) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _progress_of(rundir: str, rank: int) -> int:
+    """The epoch ``rank`` last began (0: none yet)."""
+    try:
+        with open(os.path.join(rundir, f"rank{rank}.progress")) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP, SIGTSTP, a debugger)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
+def stalled_ranks(procs: list[subprocess.Popen], failed: list[int], rundir: str, settle_s: float = 2.0) -> list[int]:
+    """When a rank failed because a wait timed out: the ranks that stopped making progress (the ones it waited for),
+    else [].
+
+    A stopped process (SIGSTOP) is stalled; otherwise the live ranks furthest behind in epochs are, once the ranks
+    that were only waiting too have had ``settle_s`` to time out and exit."""
+    if not any(m in _traceback_of(rundir, r) for r in failed for m in TIMEOUT_MARKERS):
+        return []
+    alive = [r for r, p in enumerate(procs) if p.poll() is None]
+    stopped = [r for r in alive if _stopped(procs[r].pid)]
+    if stopped:
+        return stopped
+    deadline = time.monotonic() + settle_s
+    while time.monotonic() < deadline:
+        progress = {r: _progress_of(rundir, r) for r in alive if procs[r].poll() is None}
+        if progress and len(set(progress.values())) > 1:
+            break
+        time.sleep(0.1)
+    progress = {r: _progress_of(rundir, r) for r in alive if procs[r].poll() is None}
+    if not progress:
+        return []
+    least = min(progress.values())
+    return [r for r, e in sorted(progress.items()) if e == least]
+
+
+def _stall_failure(stalled: list[int], failed: list[int], codes: list, rundir: str) -> WorkerError:
+    rank = stalled[0]
+    waiters = [r for r in failed if r not in stalled]
+    epoch = _progress_of(rundir, rank)
+    where = f"in epoch {epoch}" if epoch else "before its first epoch"
+    reason = (f"stopped making progress {where} (rank(s) {stalled} did not answer); rank(s) {waiters} timed out "
+              f"waiting for it and exited (exit codes {dict(enumerate(codes))})")
+    tail = _traceback_of(rundir, waiters[0]).strip().splitlines()[-1:] if waiters else []
+    if tail:
+        reason += f"\nrank {waiters[0]}: {tail[0]}"
+    return WorkerError(rank, reason)
 
 
 def _failure(failed: list[int], codes: list, rundir: str, network=None, down: list[int] | None = None) -> WorkerError:
@@ -241,6 +312,8 @@ def stop_workers(procs: list[subprocess.Popen], grace_s: float = 5.0) -> None:
     alive = [p for p in procs if p.poll() is None]
     for p in alive:
         _signal_group(p, signal.SIGTERM)
+        if _stopped(p.pid):
+            _signal_group(p, signal.SIGCONT)  # a stopped process acts on the SIGTERM only once continued
     deadline = time.monotonic() + grace_s
     for p in alive:
         try:

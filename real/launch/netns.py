@@ -138,10 +138,11 @@ def remove_leftovers(log: Callable[[str], None] = print) -> list[str]:
 
 
 def remove_stale_rundirs(log: Callable[[str], None] = print) -> list[str]:
-    """Delete the run directories (``$TMPDIR/sarlab-run-PID-*``) of launchers that are no longer alive."""
+    """Delete the run directories and temporary partitions (``$TMPDIR/sarlab-run-PID-*``,
+    ``$TMPDIR/sarlab-parts-PID-*``) of launchers that are no longer alive."""
     removed = []
-    for path in glob.glob(os.path.join(tempfile.gettempdir(), f"{PREFIX}-run-*-*")):
-        m = re.match(rf"{PREFIX}-run-(\d+)-", os.path.basename(path))
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), f"{PREFIX}-*-*-*")):
+        m = re.match(rf"{PREFIX}-(?:run|parts)-(\d+)-", os.path.basename(path))
         if m and int(m.group(1)) != os.getpid() and not pid_alive(int(m.group(1))):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import replace
@@ -79,8 +80,12 @@ def _wait_for_listener(host: str, port: int, timeout_s: float) -> None:
 
 
 def _inject(job: Job, rank: int, epoch: int) -> None:
+    """Fire the job's fault at the start of epoch index ``epoch`` (the fault counts epochs from 1, as progress does),
+    once: a torchrun restart (``TORCHELASTIC_RESTART_COUNT`` > 0) does not repeat it."""
     fault = job.fault
-    if fault is None or fault.rank != rank or fault.epoch != epoch:
+    if fault is None or fault.rank != rank or fault.epoch != epoch + 1:
+        return
+    if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") not in ("", "0"):
         return
     if fault.kind == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
@@ -91,7 +96,7 @@ def _inject(job: Job, rank: int, epoch: int) -> None:
         subprocess.run(["ip", "link", "set", "dev", dev, "down"], check=True, capture_output=True)
         print(f"rank {rank}: link {dev} cut at epoch {epoch}", file=sys.stderr, flush=True)
         return
-    raise RuntimeError(f"injected fault on rank {rank} at epoch {epoch}")
+    raise RuntimeError(f"injected fault on rank {rank} at epoch {epoch + 1}")
 
 
 def _resume_collector() -> None:
@@ -165,16 +170,22 @@ def _train(job: Job, trainer: Trainer, baseline: int, manifest: dict, mem_method
                  num_edges=manifest["num_edges"], label=job.label, net=job.net, mem_method=mem_method)
     records = []
     facts = checkpoint.graph_facts(manifest)
-    start = checkpoint.restore(trainer, checkpoint.load_checkpoint(job.resume_dir), facts) if job.resume_dir else 0
+    history = []
+    start = 0
+    if job.resume_dir:
+        payload = checkpoint.load_checkpoint(job.resume_dir)
+        start, history = checkpoint.restore(trainer, payload, facts), list(payload.get("history") or [])
     for epoch in range(start, job.train.epochs):
         _inject(job, rank, epoch)
+        _progress(epoch + 1)
         rec = trainer.step(epoch, baseline)
         rec.update(extra, peak_vmhwm_bytes=memory.vmhwm_bytes())  # the RSS peak too, whatever the method
         records.append(rec)
         done = epoch + 1
         if job.checkpoint_dir and rank == 0 and (done == job.train.epochs or
                                                  (job.checkpoint_every and done % job.checkpoint_every == 0)):
-            checkpoint.save_checkpoint(job.checkpoint_dir, trainer, done, facts)
+            checkpoint.save_checkpoint(job.checkpoint_dir, trainer, done, facts,
+                                       history=json.loads(json.dumps(history + records, default=str)))
         if rank == 0 and not job.quiet:
             acc = f" val {rec['val_acc']:.3f}" if rec["val_acc"] == rec["val_acc"] else ""
             print(f"[{rec['mode']} {job.model.model} x{trainer.graph.world}] epoch {epoch + 1}/"
@@ -189,6 +200,15 @@ def _train(job: Job, trainer: Trainer, baseline: int, manifest: dict, mem_method
     return records
 
 
+_PROGRESS_FD: list[int] = []  # the launcher's worker: RUNDIR/rank{r}.progress, the epoch this rank has begun
+
+
+def _progress(epoch: int) -> None:
+    """Tell the launcher which epoch this rank has begun (it names a rank that stops making progress)."""
+    for fd in _PROGRESS_FD:
+        os.pwrite(fd, f"{epoch:>12d} {time.time():.3f}\n".encode(), 0)
+
+
 def _verify(trainer: Trainer) -> dict:
     init = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
     logits, loss, grads = trainer.forward_backward(0)
@@ -199,13 +219,18 @@ def _verify(trainer: Trainer) -> dict:
 
 
 def _write(job: Job, gathered: list, out_path: str) -> None:
-    tmp = out_path + ".tmp"
-    if job.kind == "verify":
-        torch.save(gathered, tmp)
-    else:
-        with open(tmp, "w") as f:
-            json.dump([rec for recs in gathered for rec in recs], f)
-    os.replace(tmp, out_path)
+    fd, tmp = tempfile.mkstemp(prefix=".result-", suffix=".tmp", dir=os.path.dirname(os.path.abspath(out_path)))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if job.kind == "verify":
+                torch.save(gathered, f)
+            else:
+                f.write(json.dumps([rec for recs in gathered for rec in recs]).encode())
+        os.replace(tmp, out_path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def run_from_env(job: Job, out_path: str | None) -> list:
@@ -232,6 +257,7 @@ def main(argv: list[str] | None = None) -> None:
     rank = int(rank_text)
     die_with_parent(int(os.environ["SARLAB_LAUNCHER_PID"]))
     try:
+        _PROGRESS_FD.append(os.open(os.path.join(rundir, f"rank{rank}.progress"), os.O_WRONLY | os.O_CREAT, 0o600))
         with open(os.path.join(rundir, "job.pkl"), "rb") as f:
             spec = pickle.load(f)  # written by our launcher into its private (0700) run directory
         run(spec["job"], rank, spec["world"], os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),

@@ -15,7 +15,10 @@ else; see :func:`check_target`).
 """
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
+import socket
 import tempfile
 from dataclasses import asdict, is_dataclass
 
@@ -26,6 +29,9 @@ from sarlab.data.validate_data import InputError
 from sarlab.nn.model import GNN, ModelConfig
 
 CHECKPOINT_FILE = "checkpoint.pt"
+#: sha256 of the checkpoint (``sha256sum`` format); during a write it lists the old and the new digest
+SUMS_FILE = ".checkpoint-sha256"
+LOCK_FILE = ".checkpoint-lock"
 FORMAT_VERSION = 1
 KINDS = {"checkpoint": "sarlab-checkpoint", "model": "sarlab-model", "predictions": "sarlab-predictions"}
 #: manifest fields that identify a graph whatever its partition
@@ -115,19 +121,23 @@ def check_checkpoint_dir(directory: str, force: bool = False, resume_from: str |
     continuing = resume_from is not None and os.path.isdir(resume_from) and os.path.samefile(resume_from, directory)
     if not (continuing or force):
         raise CheckpointError(f"checkpoint directory {directory!r} already holds a checkpoint; resume from it "
-                              "(--resume with the same directory), pass --force to overwrite it, or choose another")
+                              "(--resume auto, or --resume with the same directory), pass --force to overwrite it, "
+                              "or choose another")
 
 
-def _atomic_write(path: str, write) -> None:
-    """``write(file)`` into a temporary file beside ``path``, fsync, rename over ``path``."""
+def _atomic_write(path: str, write, before_rename=None) -> None:
+    """``write(file)`` into a uniquely named temporary file beside ``path``, fsync, rename over ``path``; the
+    temporary file is removed on any failure. ``before_rename(sha256 hex digest)`` runs between the two."""
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".tmp", dir=parent)
     try:
-        with os.fdopen(fd, "wb") as f:
+        with os.fdopen(fd, "w+b") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        if before_rename is not None:
+            before_rename(file_sha256(tmp))
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -138,6 +148,99 @@ def _atomic_write(path: str, write) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def file_sha256(path: str) -> str:
+    """The sha256 hex digest of a file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _write_sums(directory: str, digests: list[str]) -> None:
+    text = "".join(f"{d}  {CHECKPOINT_FILE}\n" for d in dict.fromkeys(digests))
+    _atomic_write(os.path.join(directory, SUMS_FILE), lambda f: f.write(text.encode()))
+
+
+def _read_sums(directory: str) -> list[str]:
+    try:
+        with open(os.path.join(directory, SUMS_FILE)) as f:
+            return [line.split()[0] for line in f if line.strip()]
+    except (OSError, IndexError, UnicodeDecodeError):
+        return []
+
+
+def verify_checkpoint(directory: str) -> None:
+    """Refuse a checkpoint whose sha256 is not the one its writer recorded (a flipped bit, a truncated copy)."""
+    path = os.path.join(directory, CHECKPOINT_FILE)
+    sums = _read_sums(directory)
+    if not sums:
+        raise CheckpointError(f"{path} has no readable checksum ({SUMS_FILE} beside it is missing or damaged); "
+                              "it cannot be verified: start afresh (--force) or restore the checkpoint directory")
+    if file_sha256(path) not in sums:
+        raise CheckpointError(f"checkpoint corrupt (sha256 mismatch): {path}; restore it from a copy, or start "
+                              "afresh (--force)")
+
+
+class DirectoryLock:
+    """An exclusive ``flock`` on ``DIR/.checkpoint-lock`` for a run's lifetime (the kernel drops it when the
+    process dies); the file names the holder's pid and host.
+
+    Args:
+        directory: checkpoint directory (created if missing; removed again on release if this lock created it
+            and nothing else was written into it).
+        log: where the note about removed stale temporaries goes.
+    """
+
+    def __init__(self, directory: str, log=None):
+        self.directory, self.log, self.fd = directory, log, None
+        self.created = False
+
+    def acquire(self) -> DirectoryLock:
+        if not os.path.isdir(self.directory):
+            os.makedirs(self.directory)
+            self.created = True
+        path = os.path.join(self.directory, LOCK_FILE)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise CheckpointError(f"checkpoint directory {self.directory!r} is in use by another run ({holder}); "
+                                  "wait for it to finish or choose another directory") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on host {socket.gethostname()}\n".encode(), 0)
+        self.fd = fd
+        stale = sorted(e for e in os.listdir(self.directory) if e.startswith(".checkpoint-") and e.endswith(".tmp"))
+        for entry in stale:
+            os.remove(os.path.join(self.directory, entry))
+        if stale and self.log is not None:
+            self.log(f"removed {len(stale)} temporary file(s) of an interrupted checkpoint write in "
+                     f"{self.directory}: {', '.join(stale)}")
+        return self
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        if self.created and set(os.listdir(self.directory)) <= {LOCK_FILE}:
+            os.remove(os.path.join(self.directory, LOCK_FILE))
+            os.rmdir(self.directory)
+        os.close(self.fd)  # closing drops the flock
+        self.fd = None
+
+    def __enter__(self) -> DirectoryLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def holds_checkpoint(directory: str | None) -> bool:
+    """Whether ``directory`` holds a checkpoint file."""
+    return bool(directory) and os.path.isfile(os.path.join(directory, CHECKPOINT_FILE))
 
 
 def save_checkpoint(directory: str, trainer, epochs_done: int, facts: dict, history: list | None = None) -> str:
@@ -156,7 +259,15 @@ def save_checkpoint(directory: str, trainer, epochs_done: int, facts: dict, hist
                "fingerprint": fingerprint(trainer.model.cfg, trainer.train_cfg.dtype, facts),
                "state": trainer.state_dict(), "torch_rng_state": torch.get_rng_state(),
                "history": list(history or [])}
-    _atomic_write(path, lambda f: torch.save(payload, f))
+    old = [file_sha256(path)] if os.path.isfile(path) else []
+
+    def record(digest: str) -> None:  # both digests while the rename is pending: a crash leaves a valid pair
+        _write_sums(directory, old + [digest])
+        new.append(digest)
+
+    new: list[str] = []
+    _atomic_write(path, lambda f: torch.save(payload, f), before_rename=record)
+    _write_sums(directory, new)
     return path
 
 
@@ -165,6 +276,7 @@ def load_checkpoint(directory: str) -> dict:
     path = os.path.join(directory, CHECKPOINT_FILE) if os.path.isdir(directory) else directory
     if not os.path.isfile(path):
         raise CheckpointError(f"no checkpoint to resume from: {path} does not exist")
+    verify_checkpoint(os.path.dirname(path))
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # a truncated or foreign file: say which, not torch's internals

@@ -114,7 +114,8 @@ def classes_of(labels: np.ndarray) -> int:
 
 
 def parse_params(text: str, types: dict[str, type], what: str) -> dict:
-    """Parse ``k=v,k=v`` into typed keyword arguments, naming unknown keys."""
+    """Parse ``k=v,k=v`` into typed keyword arguments, naming unknown keys; a key given twice and a number that is
+    not finite (``inf``, ``nan``) are refused."""
     out = {}
     for item in filter(None, (s.strip() for s in text.split(","))):
         if "=" not in item:
@@ -122,8 +123,12 @@ def parse_params(text: str, types: dict[str, type], what: str) -> dict:
         key, value = (s.strip() for s in item.split("=", 1))
         if key not in types:
             raise InputError(f"{what}: unknown parameter {key!r}; known: {', '.join(types)}")
+        if key in out:
+            raise InputError(f"{what}: {key} is given twice; give each parameter once")
         try:
             out[key] = types[key](value)
-        except ValueError as err:
+        except (ValueError, OverflowError) as err:
             raise InputError(f"{what}: {key}={value!r} is not a valid {types[key].__name__}") from err
+        if isinstance(out[key], float) and not np.isfinite(out[key]):
+            raise InputError(f"{what}: {key}={value!r} is not a finite number")
     return out

@@ -40,7 +40,7 @@ def relation_name(triplet: tuple[str, str, str]) -> str:
 
 
 def with_reverse(src: np.ndarray, dst: np.ndarray, etype: np.ndarray, names: list[str]):
-    """Append the reverse of every relation as a new relation ``tail/rev_rel/head`` (ids ``R .. 2R-1``)."""
+    """Append the reverse of every relation as a new relation ``tail/rev_rel/head`` (ids ``R`` to ``2R-1``)."""
     reverse_names = []
     for name in names:
         head, rel, tail = name.split("/")

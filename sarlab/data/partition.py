@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -357,7 +358,22 @@ def load_manifest(path: str) -> dict:
         check_manifest_fields(manifest, PART_ARRAYS, mpath)
     except InputError as err:
         raise PartitionError(str(err)) from None
+    _check_confined(manifest, mpath)
     return manifest
+
+
+def _check_confined(manifest: dict, mpath: str) -> None:
+    """Every ``files`` entry names a file inside its part folder: ``part<p>/<name>``, no ``..``, no absolute path,
+    no link out of the directory."""
+    for rel in manifest["files"] if isinstance(manifest.get("files"), dict) else ():
+        pieces = rel.split("/") if isinstance(rel, str) else []
+        if (len(pieces) != 2 or not re.fullmatch(r"part\d+", pieces[0]) or pieces[1] in ("", ".", "..")
+                or "\\" in rel or "\0" in rel):
+            raise PartitionError(f"{mpath} lists {rel!r}, which is not a file of a part folder (part<p>/<name>); "
+                                 "re-create the partition")
+        full = os.path.join(os.path.dirname(mpath), rel)
+        if os.path.islink(full) or os.path.islink(os.path.dirname(full)):
+            raise PartitionError(f"{full} is a link; a partition holds plain files only: re-create the partition")
 
 
 def verify_files(path: str, manifest: dict, parts: list[int] | None = None) -> None:

@@ -129,7 +129,7 @@ def spmm_backend(found: Findings) -> str:
 
 
 def bench_spmm(cal: Calibration, found: Findings, cores: int, gen: torch.Generator) -> OpCost:
-    """Sum aggregation of one shard through the engine's own entry point, :meth:`sarlab.core.shards.Shard.spmm`
+    r"""Sum aggregation of one shard through the engine's own entry point, :meth:`sarlab.core.shards.Shard.spmm`
     (the C++ SpMM, or ``torch.sparse`` CSR ``addmm_`` where the extension is unavailable; which one is
     recorded): ``A X`` added in place into a running state whose pages are already touched (the state's zero
     fill is priced apart, :meth:`sarlab.simulator.workload.layers.LayerPlan.agg_init`); backward ``A^T G`` the same way

@@ -21,7 +21,7 @@ from sarlab.simulator.hardware.plausibility import implausible_compute_scale, im
 from sarlab.simulator.hardware.profile import PRESETS, Profile, load_profile
 
 #: calibrated profiles shipped with the simulator, by name (the file's stem)
-PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
 #: what ``sarlab simulate`` uses when this machine has no calibration of its own
 DEFAULT_PROFILE = PROFILES_DIR / "epyc-2core.json"
 #: where ``sarlab calibrate`` writes by default (relative to the working directory, git-ignored)

@@ -14,13 +14,13 @@ minimum ``T_min``, and ``r`` requests per worker at ``p_req`` each (serverless o
 
 Default prices (:data:`DEFAULT_RESOURCES`; every field can be overridden from a JSON file, :func:`load_resources`):
 
-========== ============================================ ========= ======= ========= ==============================
-name       machine                                      vCPU/GPU  memory  network   price
-========== ============================================ ========= ======= ========= ==============================
-cpu        AWS c5.4xlarge (on-demand, us-east-1, Linux) 16 vCPU   32 GiB  10 Gbit/s $0.68 per hour
-gpu        AWS p3.2xlarge (on-demand, us-east-1, Linux) 1 V100    16 GiB* 10 Gbit/s $3.06 per hour
+========== ============================================ ========= ======= ========== ==============================
+name       machine                                      vCPU/GPU  memory  network    price
+========== ============================================ ========= ======= ========== ==============================
+cpu        AWS c5.4xlarge (on-demand, us-east-1, Linux) 16 vCPU   32 GiB  10 Gbit/s  $0.68 per hour
+gpu        AWS p3.2xlarge (on-demand, us-east-1, Linux) 1 V100    16 GiB* 10 Gbit/s  $3.06 per hour
 serverless Dorylus's Lambda thread                      0.11 vCPU 192 MB  200 Mbit/s $0.01125 per hour + $0.20/1M req
-========== ============================================ ========= ======= ========= ==============================
+========== ============================================ ========= ======= ========== ==============================
 
 Sources, quoted 2026-11-23: the EC2 prices are AWS's published on-demand list prices for us-east-1 Linux
 (aws.amazon.com/ec2/pricing/on-demand; c5.4xlarge $0.68/h and p3.2xlarge $3.06/h have been the list prices since

@@ -78,7 +78,7 @@ __all__ = ["SamplerCosts", "SamplingEpoch", "SamplingSpec", "exchange_seconds", 
            "parse_fanouts", "round_batches_of", "round_messages", "simulate_sampling_epoch", "step_ops"]
 
 #: where the shipped sampler costs live (:func:`load_sampler_costs`)
-SAMPLER_PROFILE = Path(__file__).parent / "profiles" / "sampler" / "epyc-2core.json"
+SAMPLER_PROFILE = Path(__file__).resolve().parent.parent / "profiles" / "sampler" / "epyc-2core.json"
 #: the format of a sampler cost file that prices the round sampler
 COSTS_FORMAT = "sarlab-sampler-costs/2"
 _COST_KEYS = ("round_s", "batch_s", "edge_s", "row_s", "step_s", "sync_s", "compute_scale", "source")
@@ -303,8 +303,7 @@ def simulate_sampling_epoch(stats: PartitionStats, model: ModelSpec, sampling: S
         model: the model (``sampling.fanouts`` must have one entry per layer).
         sampling: fan-outs, batch size, prefetch, batches per round.
         profile: the machine profile (an emulated network's link profile applied:
-        :func:`sarlab.simulator.network.linkprofile.
-            for_network`).
+            :func:`sarlab.simulator.network.linkprofile.for_network`).
         degrees: the in-degree histogram (default: :meth:`DegreeDistribution.power_law` at the mean degree).
         train_per_part: training nodes per part (default :func:`train_nodes_per_part`).
         run: placement (threads, workers per host and per NIC); its mode is ignored.

@@ -134,7 +134,7 @@ def validate_campaign(records: pd.DataFrame, predictor: Predictor, warmup: int =
 
 
 def summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Per (strategy, net): seeds, median measured and predicted epoch, median |error| over the seeds."""
+    """Per (strategy, net): seeds, median measured and predicted epoch, median ``|error|`` over the seeds."""
     grouped = table.groupby(["strategy", "net"], sort=False)
     out = grouped.agg(seeds=("seed", "size"), measured_epoch_s=("measured_epoch_s", "median"),
                       predicted_epoch_s=("predicted_epoch_s", "first"),

@@ -75,7 +75,7 @@ class WorkerClocks:
     Args:
         env: the SimPy environment.
         net: the network (:data:`sarlab.simulator.network.network.NETWORKS`), where messages are posted and all-reduces
-        joined.
+            joined.
         workers: number of workers ``N``.
         pools: one :class:`SharedCores` per host, or ``None`` when workers do not share cores.
         workers_per_host: placement (ranks ``h * workers_per_host ...`` sit on host ``h``).
@@ -85,9 +85,9 @@ class WorkerClocks:
             their co-located efficiency (0: no such work).
         copy_s_per_message: CPU seconds per message (gloo's threads) run there likewise.
         jitter_s, seed: mean per-round delay of an exchange call and the seed of its draws
-        (:mod:`sarlab.simulator.system.jitter`).
+            (:mod:`sarlab.simulator.system.jitter`).
         spread: ``sigma`` of the workers' uneven progress between exchange calls (:mod:`sarlab.simulator.system.spread`;
-        0 = even).
+            0 = even).
     """
 
     def __init__(

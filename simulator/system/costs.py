@@ -70,7 +70,7 @@ class CostModel:
 
         With ``S = slots`` processes running the same mix at once, op ``i`` of solo time ``t_i`` runs at
         ``s_i = 1 + (S-1) eta_i`` over ``S`` of its solo speed, so the mix runs at
-        :math:`\rho = \\sum t_i / \\sum (t_i S / s_i)` and its efficiency is :math:`(S \rho - 1)/(S - 1)`.
+        :math:`\\rho = \\sum t_i / \\sum (t_i S / s_i)` and its efficiency is :math:`(S \\rho - 1)/(S - 1)`.
         """
         if slots <= 1:
             return 1.0

@@ -45,7 +45,7 @@ import numpy as np
 from scipy.special import ndtr
 
 #: the shipped study (an input, like the machine profiles)
-DATA = Path(__file__).resolve().parent / "profiles" / "partitions" / "metis_pairs.json"
+DATA = Path(__file__).resolve().parent.parent / "profiles" / "partitions" / "metis_pairs.json"
 
 
 @dataclass(frozen=True)

@@ -247,7 +247,7 @@ def estimate_partition(
         train_nodes: training nodes (whole graph).
         graph: name.
         law: :data:`LAWS`: ``uniform`` (the formula above) or ``metis``
-        (:func:`sarlab.simulator.workload.pairlaw.draw_partition`;
+            (:func:`sarlab.simulator.workload.pairlaw.draw_partition`;
             ``edge_cut=None`` then means the law's METIS cut, not a random partition).
         seed: the ``metis`` law's draw.
     """

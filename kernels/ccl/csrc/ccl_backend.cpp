@@ -32,6 +32,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 namespace sarlab_ccl {
 
@@ -111,9 +112,11 @@ class CclWork : public c10d::Work {
 // One oneCCL call: `start` runs on the progress thread and returns the event to poll; `after` (optional)
 // runs there once the event completed (e.g. the division of an AVG all-reduce). The lambdas own the
 // tensors they touch, which keeps the buffers alive while oneCCL uses them.
+// `lane` >= 0 marks a point-to-point op: 2 * peer for a send, 2 * peer + 1 for a recv (see Op).
 struct Launch {
   std::function<ccl::event()> start;
   std::function<void()> after;
+  int lane = -1;
 };
 
 struct Task {
@@ -121,10 +124,23 @@ struct Task {
   std::vector<Launch> launches;
 };
 
+// One launched (or, for a point-to-point op, possibly waiting) oneCCL call. Point-to-point ops wait in a lane
+// per (peer, direction) and start only when the previous op of their lane completed: with more than one
+// message in flight between two ranks in one direction, this oneCCL build (measured with libfabric 1.17's tcp
+// and sockets providers) sometimes lets a small message overtake a large one, which then fails with
+// "fi_cq_readerr: Truncation error" and aborts the process from oneCCL's worker thread. One message at a time
+// per direction keeps the posting order and cannot deadlock: each lane only waits for the peer's matching
+// lane, whose ops are posted in the same order.
+struct Op {
+  Launch launch;
+  ccl::event event;
+  bool started = false, done = false;
+  std::string error;
+};
+
 struct InFlight {
   c10::intrusive_ptr<CclWork> work;
-  std::vector<Launch> launches;  // kept for their tensors and `after`
-  std::vector<ccl::event> events;
+  std::vector<std::shared_ptr<Op>> ops;  // they own the tensors and `after`
 };
 
 // ---------------------------------------------------------------------------------------------- dtypes
@@ -316,7 +332,8 @@ class CclBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int /*tag*/) override {
     at::Tensor t = single(tensors, "send");
     check_peer(dst, "send");
-    Launch l{[this, t, dst] { return ccl::send(t.data_ptr(), nbytes(t), ccl::datatype::uint8, dst, *comm_); }};
+    Launch l{[this, t, dst] { return ccl::send(t.data_ptr(), nbytes(t), ccl::datatype::uint8, dst, *comm_); },
+             {}, 2 * dst};
     return submit("send to rank " + std::to_string(dst), c10d::OpType::SEND, c10d::kUnsetTimeout, {t},
                   {std::move(l)});
   }
@@ -324,7 +341,8 @@ class CclBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int /*tag*/) override {
     at::Tensor t = single(tensors, "recv");
     check_peer(src, "recv");
-    Launch l{[this, t, src] { return ccl::recv(t.data_ptr(), nbytes(t), ccl::datatype::uint8, src, *comm_); }};
+    Launch l{[this, t, src] { return ccl::recv(t.data_ptr(), nbytes(t), ccl::datatype::uint8, src, *comm_); },
+             {}, 2 * src + 1};
     return submit("recv from rank " + std::to_string(src), c10d::OpType::RECV, c10d::kUnsetTimeout, {t},
                   {std::move(l)});
   }
@@ -389,43 +407,81 @@ class CclBackend : public c10d::Backend {
                       broken_ + "); destroy it and create a new one (or restart the job)");
   }
 
+  void start_op(Op& op) {
+    try {
+      op.event = op.launch.start();
+      op.started = true;
+    } catch (const std::exception& e) {
+      op.error = std::string("failed to start in oneCCL: ") + e.what();
+      op.done = true;
+    }
+  }
+
   void launch(Task& task) {
     if (!broken_.empty()) {
       task.work->complete(broken_error(task.work->name()));
       return;
     }
-    InFlight f{task.work, std::move(task.launches), {}};
-    try {
-      for (auto& l : f.launches) f.events.push_back(l.start());
-    } catch (const std::exception& e) {
-      broken_ = task.work->name() + " failed to start in oneCCL: " + e.what();
-      f.work->complete(dist_error("ccl backend: " + broken_));
-      leaked_.push_back(std::move(f));  // events already started may still touch the buffers
-      return;
+    InFlight f{task.work, {}};
+    for (auto& l : task.launches) {
+      auto op = std::make_shared<Op>();
+      op->launch = std::move(l);
+      f.ops.push_back(op);
+      if (op->launch.lane < 0) {
+        start_op(*op);
+      } else {
+        auto& lane = lanes_[op->launch.lane];
+        lane.push_back(op);
+        if (lane.size() == 1) start_op(*op);
+      }
     }
     inflight_.push_back(std::move(f));
+  }
+
+  // Marks `op` done if its event completed; then starts the next op of its lane. Returns whether it finished.
+  bool test_op(Op& op) {
+    if (op.done || !op.started) return false;
+    try {
+      if (!op.event.test()) return false;
+      if (op.launch.after) op.launch.after();
+    } catch (const std::exception& e) {
+      op.error = std::string("failed in oneCCL: ") + e.what();
+    }
+    op.done = true;
+    if (op.launch.lane >= 0) {
+      auto& lane = lanes_[op.launch.lane];
+      lane.pop_front();  // `op` was its front: only the front of a lane is ever started
+      if (!lane.empty()) start_op(*lane.front());
+    }
+    return true;
   }
 
   // Returns true if some op completed or failed.
   bool poll() {
     bool progressed = false;
     auto now = Clock::now();
+    for (auto& f : inflight_)
+      for (auto& op : f.ops) progressed = test_op(*op) || progressed;
     for (auto it = inflight_.begin(); it != inflight_.end();) {
       bool done = true;
-      std::exception_ptr err;
-      try {
-        for (auto& e : it->events) done = e.test() && done;
-        if (done) {
-          for (auto& l : it->launches)
-            if (l.after) l.after();
-        }
-      } catch (const std::exception& e) {
-        err = dist_error("ccl backend: " + it->work->name() + " failed in oneCCL: " + e.what());
-        broken_ = it->work->name() + " failed: " + e.what();
-        done = true;
+      std::string error;
+      for (auto& op : it->ops) {
+        done = done && op->done;
+        if (!op->error.empty() && error.empty()) error = op->error;
       }
       bool shut = stopping_ && now > stop_deadline_;
-      if (!done && (now > it->work->deadline() || shut)) {
+      bool late = now > it->work->deadline() || shut;
+      if (!done && error.empty() && !late && broken_.empty()) {
+        ++it;
+        continue;
+      }
+      std::exception_ptr err;
+      if (!done && error.empty() && !late) {  // an earlier op broke the group: fail fast
+        err = broken_error(it->work->name());
+      } else if (!error.empty()) {
+        broken_ = it->work->name() + " " + error;
+        err = dist_error("ccl backend: " + broken_);
+      } else if (!done) {
         broken_ = it->work->name() + (shut ? " was still running " + fmt_ms(kStopGrace) + " after shutdown"
                                            : " timed out after " + fmt_ms(it->work->timeout()));
         err = dist_error("ccl backend: " + it->work->name() +
@@ -433,19 +489,11 @@ class CclBackend : public c10d::Backend {
                                : " did not complete within the timeout of " + fmt_ms(it->work->timeout())) +
                          " (rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
                          "); a peer is probably dead or stuck, or did not post the matching op");
-        it->work->complete(err);
-        leaked_.push_back(std::move(*it));  // oneCCL may still write into its buffers: never free them
-        it = inflight_.erase(it);
-        progressed = true;
-        continue;
       }
-      if (done) {
-        it->work->complete(err);
-        it = inflight_.erase(it);
-        progressed = true;
-      } else {
-        ++it;
-      }
+      it->work->complete(err);
+      if (!done) leaked_.push_back(std::move(*it));  // oneCCL may still write into its buffers: never free them
+      it = inflight_.erase(it);
+      progressed = true;
     }
     return progressed;
   }
@@ -517,6 +565,7 @@ class CclBackend : public c10d::Backend {
   // progress thread only
   std::vector<InFlight> inflight_;
   std::vector<InFlight> leaked_;
+  std::unordered_map<int, std::deque<std::shared_ptr<Op>>> lanes_;
   std::string broken_;
   std::thread progress_;
 };

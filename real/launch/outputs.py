@@ -1,0 +1,202 @@
+"""Where a run's results go: every output path checked before any compute, every file written atomically, the
+checkpoint directory locked for the run's lifetime, and the records of a finished run never lost to an output error.
+
+A run's workers write the model and predictions into the run's private directory; :func:`deliver` then moves them to
+the user's paths (a unique temporary name beside the target, fsync, rename). If that fails, the file and the records
+are kept in a fallback directory that the error names.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+
+from sarlab.core import checkpoint
+from sarlab.data.validate_data import InputError
+from sarlab.executor.launch.jobs import Fault
+
+#: output kind -> the suffixes it may carry
+SUFFIXES = {"json": (".json",), "model": (".pt",), "predictions": (".pt", ".npz")}
+OPTION = {"json": "--json", "model": "--save-model", "predictions": "--predict", "checkpoint": "--checkpoint"}
+
+
+class OutputError(InputError):
+    """An output path cannot be written (checked before any compute), or a write at the end failed."""
+
+
+def _nearest_existing(path: str) -> str:
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def _probe_dir(directory: str, what: str) -> None:
+    """Refuse unless a file can be created in ``directory`` (or in its nearest existing ancestor, where the
+    missing folders would be made): a real write, which also catches read-only mounts where ``os.access`` (and a
+    root user) would say yes."""
+    base = _nearest_existing(directory)
+    if not os.path.isdir(base):
+        raise OutputError(f"{what}: {base!r} is a file, so {directory!r} cannot be a directory")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".sarlab-probe-", dir=base)
+    except OSError as err:
+        raise OutputError(f"{what}: cannot write into {base!r} ({err.strerror or err}); choose a writable "
+                          "location") from None
+    os.close(fd)
+    os.remove(probe)
+
+
+def check_output_file(path: str, kind: str, force: bool = False) -> None:
+    """Before any compute: ``path`` (option of ``kind``) has a known suffix, is not a directory, may be replaced
+    (see :func:`sarlab.core.checkpoint.check_target` for sarlab's own files) and its folder is writable."""
+    what = OPTION[kind]
+    if not isinstance(path, str) or not path:
+        raise OutputError(f"{what} needs a file path, got {path!r}")
+    if not path.endswith(SUFFIXES[kind]):
+        raise OutputError(f"{what} {path!r}: the file must end in {' or '.join(SUFFIXES[kind])}")
+    if os.path.isdir(path):
+        raise OutputError(f"{what} {path!r} is a directory; give a file path")
+    if kind == "json":
+        if os.path.islink(path):
+            raise OutputError(f"{what} {path!r} is a link; give a file path")
+    else:
+        checkpoint.check_target(path, kind, force)
+    _probe_dir(os.path.dirname(os.path.abspath(path)), f"{what} {path!r}")
+
+
+def check_fault(fault: Fault | None, epochs: int, start: int = 0, log: Callable[[str], None] | None = None) -> None:
+    """A fault must fall inside the run: its epoch (counted from 1, as progress is) at most ``epochs``; one at an
+    epoch a resumed run skips is noted (it will not fire)."""
+    if fault is None:
+        return
+    if fault.epoch > epochs:
+        raise InputError(f"fault at epoch {fault.epoch}, but the run has {epochs} epoch(s) (counted from 1): it "
+                         f"would never fire; use an epoch in 1..{epochs}")
+    if fault.epoch <= start and log is not None:
+        log(f"note: the fault at epoch {fault.epoch} will not fire: the run resumes after epoch {start}")
+
+
+class OutputPlan:
+    """The outputs of one run, checked; holds the checkpoint directory's lock until :meth:`close`.
+
+    Args:
+        checkpoint_dir: ``--checkpoint`` directory, or None.
+        resume: ``--resume``: None, ``auto`` or a directory. With ``checkpoint_dir`` holding a checkpoint and no
+            ``force``, None means ``auto``: the run continues it (what an elastic restart needs).
+        json_path, save_model, predict_path: output files, or None.
+        force: replace sarlab's own files (and start afresh over a checkpoint).
+        lock: take the directory lock (under torchrun only rank 0 does).
+    """
+
+    def __init__(self, checkpoint_dir: str | None = None, resume: str | None = None, json_path: str | None = None,
+                 save_model: str | None = None, predict_path: str | None = None, force: bool = False,
+                 lock: bool = True, log: Callable[[str], None] = print):
+        self.lock = None
+        if resume == "auto" and not checkpoint_dir:
+            raise InputError("--resume auto continues the checkpoint of --checkpoint DIR: give --checkpoint")
+        for path, kind in ((json_path, "json"), (save_model, "model"), (predict_path, "predictions")):
+            if path is not None:
+                check_output_file(path, kind, force)
+        self.resume_dir = None if resume == "auto" else resume
+        if checkpoint_dir:
+            if os.path.islink(checkpoint_dir) or (os.path.exists(checkpoint_dir) and not os.path.isdir(checkpoint_dir)):
+                raise OutputError(f"checkpoint directory {checkpoint_dir!r} is a file or a link; choose a directory "
+                                  "path")
+            _probe_dir(checkpoint_dir, f"--checkpoint {checkpoint_dir!r}")
+            if lock:
+                self.lock = checkpoint.DirectoryLock(checkpoint_dir, log).acquire()
+            try:
+                auto = resume == "auto" or (resume is None and not force)
+                if auto and checkpoint.holds_checkpoint(checkpoint_dir):
+                    self.resume_dir = checkpoint_dir
+                checkpoint.check_checkpoint_dir(checkpoint_dir, force=force, resume_from=self.resume_dir)
+            except BaseException:
+                self.close()
+                raise
+
+    def close(self) -> None:
+        """Release the checkpoint directory's lock."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+
+def _copy_atomic(src: str, dst: str) -> None:
+    parent = os.path.dirname(os.path.abspath(dst))
+    os.makedirs(parent, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(dst)}-", suffix=".tmp", dir=parent)
+    try:
+        with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
+            shutil.copyfileobj(inp, out, 1 << 20)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, dst)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def write_json_atomic(path: str, payload) -> None:
+    """Write ``payload`` as JSON to ``path``: a unique temporary name beside it, fsync, rename; removed on failure."""
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}-", suffix=".tmp", dir=parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(payload, f, indent=1, default=str)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def fallback_dir() -> str:
+    """A new directory for results an output error would otherwise lose (``$TMPDIR/sarlab-saved-PID-TIME-*``)."""
+    return tempfile.mkdtemp(prefix=f"sarlab-saved-{os.getpid()}-{int(time.time())}-")
+
+
+def save_records_fallback(records, err: BaseException, what: str) -> OutputError:
+    """Keep ``records`` in a fallback file; the error to raise names it (and why ``what`` failed)."""
+    text = f"{err.__class__.__name__}: {err}" if not isinstance(err, OSError) else f"{err.strerror or err}"
+    try:
+        path = os.path.join(fallback_dir(), "records.json")
+        write_json_atomic(path, records)
+    except OSError as err2:
+        return OutputError(f"could not write {what} ({text}), nor the fallback records ({err2.strerror or err2})")
+    return OutputError(f"could not write {what} ({text}); the run finished and its records are in {path}")
+
+
+def deliver(files: list[tuple[str, str, str]], records) -> None:
+    """Move each ``(src, dst, option)`` file of a finished run into place atomically. On a failure the files not
+    delivered and the records stay in a fallback directory, which the raised :class:`OutputError` names."""
+    failed, error = [], None
+    for src, dst, option in files:
+        if not os.path.exists(src):
+            continue
+        try:
+            _copy_atomic(src, dst)
+        except OSError as err:
+            failed.append((src, dst, option))
+            error = error or err
+    if not failed:
+        return
+    keep = fallback_dir()
+    kept = []
+    for src, dst, option in failed:
+        target = os.path.join(keep, os.path.basename(dst))
+        shutil.copyfile(src, target)
+        kept.append(f"{option} -> {target}")
+    write_json_atomic(os.path.join(keep, "records.json"), records)
+    raise OutputError(f"could not write {', '.join(f'{o} {d!r}' for _, d, o in failed)} ({error.strerror or error}); "
+                      f"the run finished: {'; '.join(kept)}; records -> {os.path.join(keep, 'records.json')}")

@@ -1,0 +1,305 @@
+"""The simulator's Python API: :func:`simulate` (what ``sarlab simulate`` sweeps) and :func:`plan` (what
+``sarlab plan`` picks), callable from a script or a notebook without a cluster.
+
+Both predict with the SimPy model of one epoch (:func:`sarlab.simulator.system.epoch.simulate_epoch`) on a
+machine profile resolved as the CLI resolves ``--profile`` (:func:`sarlab.simulator.hardware.provenance.
+resolve_profile`: ``None`` is this machine's calibration when it exists, else the shipped ``epyc-2core``). The
+commands ``sarlab simulate`` and ``sarlab plan`` (:mod:`sarlab.executor.commands.simulate_cmd`,
+:mod:`sarlab.executor.commands.plan_cmd`) build the same calls from their flags; the model defaults are
+``sarlab train``'s (:data:`MODEL_DEFAULTS`). Nothing here imports the executor.
+"""
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from sarlab.data.graphs import load_graph
+from sarlab.data.partition import is_partition_dir, partition
+from sarlab.simulator.hardware.profile import Profile
+from sarlab.simulator.hardware.provenance import profile_line, resolve_profile
+from sarlab.simulator.network.linkprofile import LinkProfile, read_link_profile
+from sarlab.simulator.strategies.cost_model import (
+    GIB,
+    load_resources,
+    resource_profile,
+    resources_json,
+    run_cost,
+    value,
+)
+from sarlab.simulator.strategies.sampling_model import SamplingSpec, parse_fanouts
+from sarlab.simulator.strategies.strategies import STRATEGIES, predict
+from sarlab.simulator.studies.sweep import simulate_sweep, summarize_sweep
+from sarlab.simulator.workload.model import ModelSpec, parse_model
+from sarlab.simulator.workload.sampled_sizes import DegreeDistribution, degrees_from_partition, train_nodes_per_part
+from sarlab.simulator.workload.workload import load_manifest, resolve_workload
+
+#: ``sarlab train``'s model defaults (``sarlab.executor.commands.options.MODEL_DEFAULTS`` and ``add_model_args``),
+#: mirrored here because the simulator does not import the executor; ``tests/test_simulator_cli.py`` keeps the
+#: two equal, and ``sarlab simulate`` takes its flag defaults from here
+MODEL_DEFAULTS = {"model": "sage", "layers": 2, "hidden": 64, "aggr": "mean", "heads": 4, "dropout": 0.0,
+                  "batchnorm": False, "seed": 0, "dtype": "float32"}
+#: graph specs that name an engine graph (``sarlab plan`` partitions them per worker count with METIS)
+ENGINE_SPECS = ("synthetic:", "npz:", "ogb:")
+#: the strategies that :func:`simulate` prices with the epoch schedule
+EPOCH_MODES = ("sar", "sa", "oneshot")
+NOTE = "accuracy is not modelled: sampling and stale learn differently from exact training"
+
+
+def _names(values: str | int | Iterable) -> list:
+    """``"a,b"`` / ``"a"`` / ``3`` / an iterable -> a list of its items."""
+    if isinstance(values, str):
+        return [s.strip() for s in values.split(",") if s.strip()]
+    if isinstance(values, int | ModelSpec):
+        return [values]
+    return list(values)
+
+
+def _profile(profile: Profile | str | None) -> tuple[Profile, str]:
+    """A profile object as it is, anything else through :func:`resolve_profile`."""
+    if isinstance(profile, Profile):
+        return profile, f"Profile {profile.name}"
+    return resolve_profile(profile)
+
+
+def simulate(
+    graph: str,
+    workers: int | Iterable[int] = (2, 4, 8),
+    model: str | ModelSpec | Iterable[str | ModelSpec] = MODEL_DEFAULTS["model"],
+    modes: str | Iterable[str] = EPOCH_MODES,
+    profile: Profile | str | None = None,
+    net: str = "loopback",
+    *,
+    layers: int = MODEL_DEFAULTS["layers"],
+    hidden: int = MODEL_DEFAULTS["hidden"],
+    heads: int = MODEL_DEFAULTS["heads"],
+    aggr: str = MODEL_DEFAULTS["aggr"],
+    dropout: float = MODEL_DEFAULTS["dropout"],
+    batchnorm: bool = MODEL_DEFAULTS["batchnorm"],
+    dtype: str = MODEL_DEFAULTS["dtype"],
+    fused: bool = True,
+    relations: int = 1,
+    prefetch: int = 1,
+    threads: float | None = None,
+    workers_per_host: int | None = None,
+    edge_cut: float | None = None,
+    links: Iterable[str | Path | LinkProfile] = (),
+    network: str = "reserve",
+    summary: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> pd.DataFrame:
+    """Predict one epoch of every (worker count, model, mode) combination; the Python form of ``sarlab simulate``.
+
+    Returns one metric record per rank and configuration (the columns of
+    :data:`sarlab.core.records.RECORD_COLUMNS`: ``epoch_time_s``, ``compute_s``, ``comm_wait_s``, ``bytes_sent``,
+    ``bytes_recv``, ``peak_mem_bytes`` = baseline + predicted peak, the configuration; ``loss`` and accuracies NaN),
+    so predictions concatenate with measured records. With ``summary=True``, one row per configuration instead
+    (:func:`sarlab.simulator.studies.sweep.summarize_sweep`: slowest rank's epoch time, mean compute, wait and
+    bytes sent, largest peak above the baseline). ``records.attrs`` holds ``profile`` and ``profile_source``.
+
+    Example::
+
+        import sarlab
+        df = sarlab.simulate("ogbn-products", workers=(4, 8), model="gcn", modes="sar,oneshot",
+                             profile="icelake-hdr200", hidden=128)
+        df.groupby(["mode", "workers"]).epoch_time_s.max()
+        sarlab.simulate("estimate:nodes=20000,edges=300000,features=32,classes=8", 2, summary=True)
+
+    Args:
+        graph: graph preset (``ogbn-products``, ``ogbn-papers100M``...), ``estimate:nodes=N,edges=E,features=F,
+            classes=C[,cut=PHI]`` or partition directory (``{N}`` is replaced by the worker count).
+        workers: worker count(s).
+        model: label(s) ``gcn``, ``sage[-mean|-max|-pool]``, ``gat[-fused|-unfused]``, ``rgcn[-per-edge]`` (a comma
+            string or a list; each label overrides its own part of the model the keywords describe), or
+            :class:`~sarlab.simulator.workload.model.ModelSpec` objects, used as they are.
+        modes: subset of ``sar``, ``sa``, ``oneshot`` (``sampling``/``stale`` are priced by :func:`plan`).
+        profile: machine profile: a :class:`Profile`, a preset, a shipped profile's name or a JSON path; None =
+            this machine's calibration when it exists, else ``epyc-2core`` (as ``sarlab simulate``).
+        net: ``loopback`` (the profile's links) or ``veth:rate=R[,hosts=H]`` (emulated hosts, priced by ``links``).
+        layers, hidden, heads, aggr, dropout, batchnorm, dtype, relations: the model, as ``sarlab train``'s flags.
+        fused: GAT's fused attention kernels / R-GCN aggregating first (``--unfused`` is ``fused=False``).
+        prefetch, threads, workers_per_host, network: ring rounds fetched ahead, threads per worker (None: cores /
+            workers), placement (None: the profile's; 0: one host), NIC channel implementation.
+        edge_cut: edge-cut fraction of presets and estimates (None: a random partition, (N-1)/N).
+        links: link profiles (``sarlab netbench --out`` JSON paths or :class:`LinkProfile`) for ``net="veth:..."``.
+        summary: return the per-configuration summary instead of the per-rank records.
+        progress: called with one line per configuration (e.g. ``print``); None: quiet.
+    """
+    prof, source = _profile(profile)
+    base = ModelSpec(model="gcn", layers=layers, hidden=hidden, heads=heads, aggr=aggr, fused=fused,
+                     batchnorm=batchnorm, dropout=dropout, dtype=dtype, relations=relations)
+    models = [m if isinstance(m, ModelSpec) else parse_model(m, base) for m in _names(model)]
+    mode_list = _names(modes)
+    others = [m for m in mode_list if m in STRATEGIES and m not in EPOCH_MODES]
+    if others:
+        raise ValueError(f"simulate prices {', '.join(EPOCH_MODES)}; {', '.join(others)} are priced by "
+                         "sarlab.plan(..., strategies=...) or `sarlab simulate --modes`")
+    link_list = [lp if isinstance(lp, LinkProfile) else read_link_profile(lp, prof) for lp in links]
+    records, _ = simulate_sweep(graph, mode_list, models, [int(w) for w in _names(workers)], prof,
+                                prefetch=prefetch, threads=threads, workers_per_host=workers_per_host,
+                                edge_cut=edge_cut, network=network, progress=progress, net=net, links=link_list)
+    out = summarize_sweep(records) if summary else records
+    out.attrs.update(profile=prof.name, profile_source=source)
+    return out
+
+
+class Workloads:
+    """Partition statistics, degrees and training nodes per worker count, from an engine graph (partitioned here,
+    into a temporary directory removed by :meth:`close`) or a simulator workload."""
+
+    def __init__(self, spec, edge_cut: float | None, log: Callable[[str], None] | None = None):
+        self.spec, self.edge_cut = spec, edge_cut
+        self.graph = None
+        if not isinstance(spec, str):  # a Graph object
+            self.graph, self.spec = spec, f"graph:{getattr(spec, 'name', 'graph')}"
+        elif spec.startswith(ENGINE_SPECS):
+            if log is not None:
+                log(f"loading graph {spec}")
+            self.graph = load_graph(spec)
+        self.tmp = tempfile.mkdtemp(prefix="sarlab-plan-") if self.graph is not None else None
+
+    def fixed_workers(self) -> int | None:
+        """The worker count a partition directory without ``{N}`` fixes (else None)."""
+        if self.graph is not None:
+            return None
+        return load_manifest(self.spec).num_parts if is_partition_dir(self.spec) else None
+
+    def get(self, workers: int):
+        """(stats, degrees, training nodes per part) for ``workers`` parts."""
+        if self.graph is not None:
+            directory = str(Path(self.tmp) / f"parts-{workers}")
+            partition(self.graph, workers, directory, method="metis", seed=0, source=self.spec, progress=None)
+        else:
+            directory = self.spec.replace("{N}", str(workers))
+        if is_partition_dir(directory):
+            stats = load_manifest(directory)
+            return stats, degrees_from_partition(directory), train_nodes_per_part(stats, directory)
+        stats = resolve_workload(directory, workers, self.edge_cut)
+        degrees = DegreeDistribution.power_law(stats.num_nodes, stats.num_edges / max(stats.num_nodes, 1))
+        return stats, degrees, None
+
+    def close(self) -> None:
+        if self.tmp:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def plan(
+    graph,
+    *,
+    epochs: int,
+    model: str = MODEL_DEFAULTS["model"],
+    layers: int = MODEL_DEFAULTS["layers"],
+    hidden: int = MODEL_DEFAULTS["hidden"],
+    heads: int = MODEL_DEFAULTS["heads"],
+    strategies: str | Iterable[str] = ("sar", "oneshot", "sampling", "stale"),
+    resources: str | Iterable[str] | None = None,
+    prices: str | Path | None = None,
+    max_workers: int = 16,
+    memory_per_worker: float | None = None,
+    fanouts: str | None = None,
+    batch_size: int = 1024,
+    staleness: int = 1,
+    profile: Profile | str | None = None,
+    edge_cut: float | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict:
+    """Every (strategy x workers x resource) candidate and the three picks; the Python form of ``sarlab plan``.
+
+    Each candidate is one predicted epoch (:func:`sarlab.simulator.strategies.strategies.predict`) on the profile
+    turned into that resource (:func:`~sarlab.simulator.strategies.cost_model.resource_profile`), so
+    ``time_s = epochs * epoch_s``, ``cost_usd`` = :func:`~sarlab.simulator.strategies.cost_model.run_cost` and
+    ``value = 1 / (time_s * cost_usd)``. Workers are powers of two up to ``max_workers`` (a partition directory
+    without ``{N}`` fixes them). Candidates whose worker needs more memory than the resource has (or than
+    ``memory_per_worker``) are listed with ``fits=False`` and not picked. Accuracy is not modelled.
+
+    Returns the dict ``sarlab plan --json`` writes: ``candidates`` (dicts with ``strategy``, ``resource``,
+    ``workers``, ``epoch_s``, ``time_s``, ``cost_usd``, ``value``, ``mem_gib``, ``fits``, ``detail``), ``picks``
+    (``lowest_time``, ``lowest_cost``, ``best_value``; empty when nothing fits), the resources and the settings.
+
+    Example::
+
+        import sarlab
+        result = sarlab.plan("synthetic:nodes=3000,degree=8,features=16,classes=4,seed=0", epochs=20,
+                             max_workers=2, fanouts="5,5", batch_size=256)
+        best = result["picks"]["best_value"]   # e.g. {"strategy": "sar", "workers": 2, "resource": "cpu", ...}
+
+    Args:
+        graph: engine graph spec (``synthetic:``, ``npz:``, ``ogb:``; partitioned with METIS per worker count into a
+            temporary directory) or :class:`~sarlab.data.graphs.Graph`, or a simulator workload (preset,
+            ``estimate:...[,train=T]``, partition directory with ``{N}``).
+        epochs: epochs to train (>= 1).
+        model, layers, hidden, heads: ``gcn``, ``sage[-mean|-max]``, ``gat[-fused|-unfused]`` and its sizes.
+        strategies: subset of ``sar``, ``oneshot``, ``sampling``, ``stale``.
+        resources: resource names (None: all in the prices).
+        prices: JSON file of resource fields overriding the defaults (e.g. ``{"cpu": {"price_per_hour": 0.61}}``).
+        max_workers: largest worker count tried.
+        memory_per_worker: memory cap per worker in GiB (None: each resource's own).
+        fanouts, batch_size: sampling's fan-outs (hop 1 first, or ``all``; None: 15,10,5 cut or padded with 5 to
+            ``layers``) and seeds per worker and step.
+        staleness: stale's S >= 1.
+        profile: machine profile the resources are derived from (as :func:`simulate`).
+        edge_cut: edge cut of estimate workloads.
+        progress: called with progress lines (e.g. ``print``); None: quiet.
+    """
+    base, source = _profile(profile)
+    if progress is not None:
+        progress(profile_line(base, source))
+    table = load_resources(prices)
+    names = list(table) if resources is None else _names(resources)
+    unknown = [n for n in names if n not in table]
+    chosen = _names(strategies)
+    if unknown:
+        raise ValueError(f"unknown resource(s) {unknown}: the prices know {sorted(table)}")
+    if not chosen or set(chosen) - set(STRATEGIES):
+        raise ValueError(f"--strategies: choose among {', '.join(STRATEGIES)}")
+    if epochs < 1 or max_workers < 1 or staleness < 1:
+        raise ValueError("--epochs, --max-workers and --staleness must be >= 1")
+    spec = parse_model(model, ModelSpec(layers=layers, hidden=hidden, heads=heads, fused=True, batchnorm=False,
+                                        dropout=0.0))
+    hops = parse_fanouts(fanouts or ",".join(str(f) for f in ([15, 10, 5] + [5] * layers)[:layers]), layers)
+    sampling = SamplingSpec(hops, batch_size)
+    loads = Workloads(graph, edge_cut, progress)
+    fixed = loads.fixed_workers()
+    counts = [fixed] if fixed else [2 ** i for i in range(int(math.log2(max_workers)) + 1)]
+    rows = []
+    try:
+        for workers in counts:
+            start = time.perf_counter()
+            stats, degrees, train = loads.get(workers)
+            for name in names:
+                res = table[name]
+                prof = resource_profile(base, res)
+                cap = min(res.memory_gib, memory_per_worker or math.inf)
+                for strategy in chosen:
+                    if workers == 1 and (strategy == "stale" or (strategy == "oneshot" and "sar" in chosen)):
+                        continue  # one worker: no halo, so stale is exact and oneshot is sar
+                    pred = predict(strategy, stats, spec, prof, sampling=sampling, staleness=staleness,
+                                   degrees=degrees, train_per_part=train)
+                    total = pred.epoch_time_s * epochs
+                    cost = run_cost(res, workers, pred.epoch_time_s, epochs, spec.layers)
+                    mem = pred.memory_per_worker_bytes / GIB
+                    rows.append({"strategy": strategy, "resource": name, "workers": workers,
+                                 "epoch_s": pred.epoch_time_s, "time_s": total, "cost_usd": cost,
+                                 "value": value(total, cost), "mem_gib": mem, "fits": mem <= cap,
+                                 "detail": pred.detail})
+            if progress is not None:
+                progress(f"{workers} worker(s): {sum(r['workers'] == workers for r in rows)} candidates in "
+                         f"{time.perf_counter() - start:.1f}s ({stats.graph})")
+    finally:
+        loads.close()
+    fits = [r for r in rows if r["fits"]]
+    picks = {}
+    if fits:
+        picks = {"lowest_time": min(fits, key=lambda r: r["time_s"]),
+                 "lowest_cost": min(fits, key=lambda r: r["cost_usd"]),
+                 "best_value": max(fits, key=lambda r: r["value"])}
+    return {"graph": loads.spec, "model": spec.label(), "layers": spec.layers, "hidden": spec.hidden,
+            "epochs": epochs, "profile": base.name, "profile_source": source, "fanouts": list(hops),
+            "batch_size": batch_size, "staleness": staleness, "memory_per_worker_gib": memory_per_worker,
+            "resources": resources_json({n: table[n] for n in names}), "candidates": rows, "picks": picks,
+            "note": NOTE}
