@@ -6,10 +6,13 @@ STAMP := $(VENV)/.sarlab-installed
 # The exact versions of this project's machines (the package itself declares ranges: torch>=2.11, ...).
 # torch first and pinned to the local CPU wheel: an unpinned torch pulls GBs of CUDA packages.
 PINS := torch==2.13.0 torch_geometric==2.8.1 pymetis==2025.2.2
+# oneCCL for `--backend ccl` (sarlab.kernels.ccl builds its torch.distributed backend over it). --no-deps: the
+# oneccl-cpu wheel declares a libfabric wheel that the registry does not have; the system's libfabric1 serves.
+CCL_PINS := oneccl-cpu==2022.2.0 oneccl-cpu-devel==2022.2.0 intel-cmplr-lib-rt==2026.2.0
 LINT := sarlab real kernels simulator tests docs
 DOCS_OUT ?= .cache/docs
 
-.PHONY: run test test-all setup kernels lint docs wheel bench-engine bench-kernels clean
+.PHONY: run test test-all setup kernels ccl lint docs wheel bench-engine bench-kernels clean
 
 setup: $(STAMP)
 
@@ -18,7 +21,19 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(PINS)
 	$(PY) -m pip install --quiet -e '.[test]' $(PINS)
+	$(MAKE) --no-print-directory ccl-libs
 	touch $(STAMP)
+
+# oneCCL's wheels and libfabric (apt, as root); a failure here only makes the ccl tests skip, saying why
+.PHONY: ccl-libs
+ccl-libs:
+	-$(PY) -m pip install --quiet --no-deps $(CCL_PINS)
+	-@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! dpkg -s libfabric1 >/dev/null 2>&1; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libfabric1; fi
+
+# build the ccl backend now (it is otherwise built on first use)
+ccl: $(STAMP)
+	$(PY) -c "import sarlab.kernels.ccl as c; ok, why = c.available(); print(why if not ok else 'ccl: ok'); c.load() if ok else None"
 
 kernels: $(STAMP)
 	$(PY) -m sarlab.kernels.build

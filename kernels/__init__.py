@@ -8,19 +8,33 @@ Their benchmark against PyG and DGL lives in ``sarlab.executor.bench.kernel_benc
 
 Backend choice: the ``backend=`` argument of each op, else ``$SARLAB_KERNELS`` (cpp | torch | auto;
 default auto = cpp when the extension builds and loads, torch otherwise with a one-line warning).
-The extension is JIT-built with ninja for this CPU under ``<repo>/.build/kernels`` (``$SARLAB_KERNEL_BUILD_DIR``;
-see :mod:`sarlab.kernels._loader`).
+The extension is JIT-built with ninja for this CPU under ``kernels/`` in sarlab's cache directory
+(:mod:`sarlab.kernels.cache`; ``$SARLAB_KERNEL_BUILD_DIR`` overrides it; see :mod:`sarlab.kernels._loader`).
+The names below load on first use, so :mod:`sarlab.kernels.cache` is importable without torch.
 """
 
 from __future__ import annotations
 
-from . import alloc
-from ._loader import build, build_dir, extension_error
-from ._loader import resolve as _resolve
-from .csr import Transpose, csr_transpose
-from .gat import empty_state, gat_backward_shard, gat_finalize, gat_forward_shard
-from .maxagg import COUNT_DTYPE, csr_max_backward, csr_max_shard, empty_max_state
-from .spmm import spmm_csr
+import importlib
+
+#: public name -> (submodule, attribute); attribute None means the submodule itself
+_LAZY = {
+    "alloc": (".alloc", None),
+    "build": ("._loader", "build"),
+    "build_dir": ("._loader", "build_dir"),
+    "extension_error": ("._loader", "extension_error"),
+    "Transpose": (".csr", "Transpose"),
+    "csr_transpose": (".csr", "csr_transpose"),
+    "empty_state": (".gat", "empty_state"),
+    "gat_backward_shard": (".gat", "gat_backward_shard"),
+    "gat_finalize": (".gat", "gat_finalize"),
+    "gat_forward_shard": (".gat", "gat_forward_shard"),
+    "COUNT_DTYPE": (".maxagg", "COUNT_DTYPE"),
+    "csr_max_backward": (".maxagg", "csr_max_backward"),
+    "csr_max_shard": (".maxagg", "csr_max_shard"),
+    "empty_max_state": (".maxagg", "empty_max_state"),
+    "spmm_csr": (".spmm", "spmm_csr"),
+}
 
 
 def backend(requested: str | None = None) -> str:
@@ -32,24 +46,20 @@ def backend(requested: str | None = None) -> str:
     Args:
         requested: 'cpp', 'torch', 'auto' or None.
     """
-    return _resolve(None if requested == "auto" else requested)
+    from ._loader import resolve
+
+    return resolve(None if requested == "auto" else requested)
 
 
-__all__ = [
-    "COUNT_DTYPE",
-    "Transpose",
-    "alloc",
-    "backend",
-    "build",
-    "build_dir",
-    "csr_max_backward",
-    "csr_max_shard",
-    "csr_transpose",
-    "empty_max_state",
-    "empty_state",
-    "extension_error",
-    "gat_backward_shard",
-    "gat_finalize",
-    "gat_forward_shard",
-    "spmm_csr",
-]
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attribute = _LAZY[name]
+    value = importlib.import_module(module, __name__)
+    if attribute is not None:
+        value = getattr(value, attribute)
+    globals()[name] = value
+    return value
+
+
+__all__ = ["backend", *_LAZY]

@@ -238,6 +238,7 @@ def run(graph: str | Graph | object, *, workers: int | None = None, model: Model
             fresh = GNN(cfg, in_dim, manifest["num_classes"], num_relations=manifest.get("num_relations", 1))
             fresh = fresh.to(DTYPES[train.dtype])
         fresh.load_state_dict(state)
+        fresh.in_dim = in_dim  # what predict() feeds it (features, plus the label columns with label_aug)
         predictions = None
         if pred_path and pred_path.endswith(".pt"):
             predictions = torch.load(pred_path, map_location="cpu", weights_only=True)["outputs"]

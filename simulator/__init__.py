@@ -5,11 +5,14 @@ partition statistics (a partition's ``manifest.json`` or an estimate) and a mach
 ``simulator/profiles/``, made by ``sarlab calibrate``, or a preset), and validates those predictions against
 real metric records. It never imports the engine's runtime.
 
-Entry points: :func:`simulate_epoch` (one configuration), :func:`simulate_sweep` (modes x models x
-workers as a metric-record DataFrame), :mod:`sarlab.executor.commands.simulate_cmd` (``sarlab calibrate`` / ``sarlab
-simulate``). The module map is in ``simulator/README.md``.
+Entry points: :func:`simulate` and :func:`plan` (:mod:`sarlab.simulator.api`, also ``sarlab.simulate`` /
+``sarlab.plan``: the Python forms of ``sarlab simulate`` and ``sarlab plan``), :func:`simulate_epoch` (one
+configuration), :func:`simulate_sweep` (modes x models x workers as a metric-record DataFrame). The commands are
+the executor's (:mod:`sarlab.executor.commands.simulate_cmd`, :mod:`sarlab.executor.commands.plan_cmd`). The module
+map is in ``simulator/README.md``.
 """
 
+from sarlab.simulator.api import plan, simulate
 from sarlab.simulator.hardware.profile import PRESETS, Profile, load_profile, save_profile
 from sarlab.simulator.hardware.provenance import resolve_profile
 from sarlab.simulator.studies.sweep import simulate_sweep, summarize_sweep
@@ -31,8 +34,10 @@ __all__ = [
     "load_manifest",
     "load_profile",
     "parse_model",
+    "plan",
     "resolve_profile",
     "save_profile",
+    "simulate",
     "simulate_epoch",
     "simulate_sweep",
     "summarize_sweep",

@@ -1,4 +1,4 @@
-"""The Python API (real.run, real.gradients) and users' own models (model_fn).
+"""The Python API (sarlab.run, sarlab.gradients) and users' own models (model_fn).
 
 References: PyG's layers with the trained weights for the built-in model's state and predictions, and for the
 custom model a dense single-process computation written here (an adjacency matrix, no sarlab code): its loss
@@ -17,7 +17,7 @@ import torch
 from conftest import ROOT
 from torch import nn
 
-from sarlab import executor as real
+import sarlab
 from sarlab.core.aggregators import Aggregation
 from sarlab.core.records import RECORD_COLUMNS
 from sarlab.core.reference import ReferenceModel
@@ -101,7 +101,7 @@ def _initial(graph, seed: int = 0) -> dict:
 @pytest.mark.timeout(300)
 def test_run_returns_records_state_and_predictions(graph):
     cfg = ModelConfig(model="gcn", layers=2, hidden=8, seed=2)
-    res = real.run(graph, workers=2, model=cfg, train=TrainConfig(epochs=3, dtype="float64"), predict=True,
+    res = sarlab.run(graph, workers=2, model=cfg, train=TrainConfig(epochs=3, dtype="float64"), predict=True,
                    run_timeout_s=RUN_TIMEOUT_S)
     assert set(RECORD_COLUMNS) <= set(res.records.columns)
     assert len(res.records) == 2 * 3 and sorted(res.records["rank"].unique()) == [0, 1]
@@ -120,7 +120,7 @@ def test_run_returns_records_state_and_predictions(graph):
 
 @pytest.mark.timeout(300)
 def test_custom_model_gradients_match_dense_reference(graph):
-    got = real.gradients(graph, workers=2, model_fn=TwoGated, dtype="float64", run_timeout_s=RUN_TIMEOUT_S)
+    got = sarlab.gradients(graph, workers=2, model_fn=TwoGated, dtype="float64", run_timeout_s=RUN_TIMEOUT_S)
     init = _initial(graph)
     assert set(got.init) == set(init)
     for name, value in init.items():
@@ -138,7 +138,7 @@ def test_custom_model_gradients_match_dense_reference(graph):
 @pytest.mark.timeout(300)
 def test_custom_model_trains_as_dense_adam(graph):
     epochs, lr = 3, 0.05
-    res = real.run(graph, workers=2, model_fn=TwoGated, train=TrainConfig(epochs=epochs, lr=lr, dtype="float64"),
+    res = sarlab.run(graph, workers=2, model_fn=TwoGated, train=TrainConfig(epochs=epochs, lr=lr, dtype="float64"),
                    run_timeout_s=RUN_TIMEOUT_S)
     assert set(RECORD_COLUMNS) <= set(res.records.columns)
     assert (res.records.model == "custom:TwoGated").all()
@@ -173,7 +173,7 @@ def _raises(message):
 @pytest.mark.timeout(120)
 def test_bad_model_fn_is_an_input_error_before_any_worker(graph, model_fn, expected, tmp_path):
     with pytest.raises(InputError, match=expected.replace("(", r"\(").replace(")", r"\)")):
-        real.run(graph, workers=2, model_fn=model_fn, partition_dir=str(tmp_path / "parts"), run_timeout_s=60)
+        sarlab.run(graph, workers=2, model_fn=model_fn, partition_dir=str(tmp_path / "parts"), run_timeout_s=60)
 
 
 @pytest.mark.timeout(300)
@@ -186,7 +186,7 @@ def test_script_without_main_guard_and_under_torchrun(graph, tmp_path):
     script.write_text(textwrap.dedent(f"""
         import os, sys, torch
         from torch import nn
-        import real
+        import sarlab
         from sarlab.core.aggregators import Aggregation
         from sarlab.core.train import TrainConfig
 
@@ -199,7 +199,7 @@ def test_script_without_main_guard_and_under_torchrun(graph, tmp_path):
                 h = self.lin(x)
                 return h + graph.aggregate(Aggregation("mean"), h)
 
-        res = real.run({parts!r}, model_fn=Mean, train=TrainConfig(epochs=2), run_timeout_s=200)
+        res = sarlab.run({parts!r}, model_fn=Mean, train=TrainConfig(epochs=2), run_timeout_s=200)
         rank = int(os.environ.get("RANK", "0"))
         print(f"rank {{rank}}: {{len(res.records)}} records {{sorted(set(res.records.model))}} "
               f"state {{None if res.state is None else sorted(res.state)}}", flush=True)

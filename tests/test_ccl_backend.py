@@ -124,8 +124,7 @@ def _check_p2p(rank: int, world: int) -> None:
         peers = [q for q in range(world) if q != rank]
         got = {q: torch.zeros(1000 + q + rank, dtype=torch.int64) for q in peers}
         rops = [dist.P2POp(dist.irecv, got[q], q, tag=it) for q in peers]
-        sops = [dist.P2POp(dist.isend, torch.full((1000 + q + rank,), 100 * rank + q + it), q, tag=it)
-                for q in peers]
+        sops = [dist.P2POp(dist.isend, torch.full((1000 + q + rank,), 100 * rank + q + it), q, tag=it) for q in peers]
         for w in dist.batch_isend_irecv(sops + rops if rank % 2 == 0 else rops + sops):
             w.wait()
         for q in peers:
@@ -222,13 +221,18 @@ def _child(scenario: str, rank: int, world: int, port: int) -> None:
 
     ccl.register()
     timeout = DEAD_PEER_TIMEOUT_S if scenario.startswith("dead") else 60
-    dist.init_process_group("ccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=timeout))
+    dist.init_process_group(
+        "ccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=timeout)
+    )
     if scenario.startswith("dead_"):
         _check_dead_peer(rank, world, scenario[5:])
     else:
-        {"allreduce": _check_allreduce, "alltoall": _check_alltoall, "p2p": _check_p2p,
-         "collectives": _check_collectives}[scenario](rank, world)
+        {
+            "allreduce": _check_allreduce,
+            "alltoall": _check_alltoall,
+            "p2p": _check_p2p,
+            "collectives": _check_collectives,
+        }[scenario](rank, world)
     dist.barrier()
     dist.destroy_process_group()
     print(f"rank {rank}: OK", flush=True)
@@ -253,8 +257,9 @@ def built():
     return ccl
 
 
-def _spawn(scenario: str, world: int, hard_timeout: float = HARD_TIMEOUT_S,
-           wait_for: int | None = None) -> tuple[list[str], list[int | None], str]:
+def _spawn(
+    scenario: str, world: int, hard_timeout: float = HARD_TIMEOUT_S, wait_for: int | None = None
+) -> tuple[list[str], list[int | None], str]:
     """Run the scenario in ``world`` children; return their outputs, exit codes and a report of both.
 
     Waits for all children (or the first ``wait_for`` ranks, then kills the rest); fails on the hard timeout."""
@@ -264,8 +269,14 @@ def _spawn(scenario: str, world: int, hard_timeout: float = HARD_TIMEOUT_S,
         for rank in range(world):
             log = open(os.path.join(tmp, f"rank{rank}.log"), "w+")
             logs.append(log)
-            procs.append(subprocess.Popen([sys.executable, __file__, scenario, str(rank), str(world), str(port)],
-                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, __file__, scenario, str(rank), str(world), str(port)],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
         deadline = time.monotonic() + hard_timeout
         try:
             for p in procs[:wait_for]:
@@ -283,8 +294,9 @@ def _spawn(scenario: str, world: int, hard_timeout: float = HARD_TIMEOUT_S,
             log.seek(0)
             outputs.append(log.read())
             log.close()
-    report = "\n".join(f"--- rank {r} (exit {p.returncode}) ---\n{out[-6000:]}"
-                       for r, (p, out) in enumerate(zip(procs, outputs)))
+    report = "\n".join(
+        f"--- rank {r} (exit {p.returncode}) ---\n{out[-6000:]}" for r, (p, out) in enumerate(zip(procs, outputs))
+    )
     if timed_out:
         pytest.fail(f"{scenario} on {world} ranks: killed after the hard timeout of {hard_timeout}s\n{report}")
     return outputs, [p.returncode for p in procs], report

@@ -146,7 +146,8 @@ def test_checkpoint_write_is_atomic(parts, tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         ck.save_checkpoint(directory, trainer, 2, _facts(parts[1]))
     assert open(os.path.join(directory, ck.CHECKPOINT_FILE), "rb").read() == before
-    assert os.listdir(directory) == [ck.CHECKPOINT_FILE]
+    assert sorted(os.listdir(directory)) == sorted([ck.CHECKPOINT_FILE, ck.SUMS_FILE])
+    ck.verify_checkpoint(directory)  # the digest of the checkpoint that is still there
 
 
 def test_checkpoint_directory_rules(tmp_path, parts):

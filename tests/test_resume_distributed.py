@@ -95,10 +95,12 @@ def test_checkpoint_and_outputs_never_overwrite(parts, tmp_path):
     ck = str(tmp_path / "ck")
     _train(parts[2], 2, 2, tmp_path, "first", "--checkpoint", ck, "--predict", str(tmp_path / "pred.npz"))
     before = open(os.path.join(ck, "checkpoint.pt"), "rb").read()
-    for extra, needle in ((["--checkpoint", ck], "already holds a checkpoint"),
-                          (["--predict", str(tmp_path / "pred.npz")], "already holds a sarlab predictions"),
-                          (["--resume", ck, "--epochs", "2"], "already done 2 epochs"),
+    for extra, needle in ((["--predict", str(tmp_path / "pred.npz")], "already holds a sarlab predictions"),
+                          (["--checkpoint", ck, "--hidden", "32"], "model.hidden: checkpoint 16, this run 32"),
                           (["--resume", ck, "--hidden", "32"], "model.hidden: checkpoint 16, this run 32")):
         res = run_cli(["train", "--graph", parts[2], "--workers", "2", "--epochs", "3", *MODEL, *extra], timeout=300)
         assert res.returncode == 2 and needle in res.stderr, res.stdout + res.stderr
+    for extra in (["--checkpoint", ck], ["--resume", ck], ["--checkpoint", ck, "--resume", "auto"]):
+        res = run_cli(["train", "--graph", parts[2], "--workers", "2", "--epochs", "2", *MODEL, *extra], timeout=300)
+        assert res.returncode == 0 and "already done 2 epochs" in res.stderr, res.stdout + res.stderr
     assert open(os.path.join(ck, "checkpoint.pt"), "rb").read() == before

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from sarlab import executor as real
+import sarlab
 from sarlab.core.config import SamplingConfig
 from sarlab.core.train import TrainConfig
 from sarlab.data.graphs import synthetic_graph
@@ -39,7 +39,7 @@ def test_the_worker_samples_in_rounds_of_the_given_size():
     batch, per_round = 64, 2
     steps = math.ceil(train_nodes / batch)  # one worker: every training node is its own
     for round_batches, rounds in ((per_round, math.ceil(steps / per_round)), (0, 1)):
-        res = real.run(graph, workers=1, model=ModelConfig(layers=2, hidden=8),
+        res = sarlab.run(graph, workers=1, model=ModelConfig(layers=2, hidden=8),
                        train=TrainConfig(epochs=1, eval_every=0),
                        sampling=SamplingConfig(fanouts=(3, 3), batch_size=batch, round_batches=round_batches),
                        run_timeout_s=240)

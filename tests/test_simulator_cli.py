@@ -309,15 +309,18 @@ def test_simulate_names_its_profile_and_warns_on_another_cpu(tmp_path, capsys):
 
 
 def test_default_profile_is_this_machines_calibration_else_the_shipped_one(tmp_path, monkeypatch):
-    """Without --profile: `.cache/simulator_profile.json` (what `sarlab calibrate` writes by default) when it
-    exists, else simulator/profiles/epyc-2core.json; shipped profiles also go by their names."""
-    monkeypatch.chdir(tmp_path)
+    """Without --profile: `simulator_profile.json` in sarlab's cache (what `sarlab calibrate` writes by default)
+    when it exists, else simulator/profiles/epyc-2core.json; shipped profiles also go by their names."""
+    from sarlab.simulator.hardware import provenance
+
+    local = tmp_path / "cache" / "simulator_profile.json"
+    monkeypatch.setattr(provenance, "LOCAL_PROFILE", local)
     prof, source = resolve_profile(None)
     assert Path(source) == DEFAULT_PROFILE == PROFILES_DIR / "epyc-2core.json"
     assert prof.meta["machine"] == "AMD EPYC" and prof.cores_per_host == 2
-    save_profile(replace(prof, name="mine"), tmp_path / ".cache" / "simulator_profile.json")
+    save_profile(replace(prof, name="mine"), local)
     mine, source = resolve_profile(None)
-    assert mine.name == "mine" and Path(source) == Path(".cache/simulator_profile.json")
+    assert mine.name == "mine" and Path(source) == local
     assert set(shipped_profiles()) == {"epyc-2core", "xeon-2core"}
     assert resolve_profile("xeon-2core")[0].meta["machine"].startswith("Intel(R) Xeon(R)")
     assert resolve_profile("icelake-hdr200") == (resolve_profile("icelake-hdr200")[0], "preset icelake-hdr200")

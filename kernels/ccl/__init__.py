@@ -30,7 +30,8 @@ died. oneCCL cannot cancel an op, so the process group is unusable afterwards: l
 the process group is bounded by the store's timeout while waiting for rank 0's address, not after that.
 
 Environment set when unset (before oneCCL loads): ``CCL_ATL_TRANSPORT=ofi``, ``FI_PROVIDER=tcp``,
-``CCL_LOG_LEVEL=error``. This module imports only the standard library; torch is imported by :func:`register`.
+``CCL_LOG_LEVEL=error``, ``CCL_YIELD=sched_yield`` (see :data:`ENV_DEFAULTS`).
+This module imports only the standard library; torch is imported by :func:`load` and :func:`register`.
 """
 
 from __future__ import annotations
@@ -54,18 +55,23 @@ def load():
     return _load()
 
 
-def register() -> None:
-    """Register the ``ccl`` backend with ``torch.distributed`` (building the extension first). Idempotent."""
+def register(lazy: bool = False) -> None:
+    """Register the ``ccl`` backend with ``torch.distributed``. Idempotent.
+
+    Args:
+        lazy: do not build or load the extension now but when the first ``ccl`` process group is created (then
+            a missing library fails ``init_process_group`` with the install command).
+    """
     global _registered
     with _lock:
         if _registered:
             return
         import torch.distributed as dist
 
-        ext = load()
+        ext = None if lazy else load()
 
         def create(store, rank, size, timeout):
-            return ext.create_backend(store, rank, size, timeout)
+            return (ext or load()).create_backend(store, rank, size, timeout)
 
         if BACKEND_NAME.upper() not in dist.Backend._plugins:
             dist.Backend.register_backend(BACKEND_NAME, create, devices=["cpu"])

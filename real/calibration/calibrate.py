@@ -4,18 +4,18 @@
 The steps, in order (each a :func:`sarlab.simulator.calibration.harness.quiet_step`):
 
 1. every op family on one thread and on all cores (:mod:`sarlab.simulator.calibration.opbench`,
-:mod:`sarlab.simulator.calibration.gatbench`):
-   rate, per-call overhead, row rate, backward ratio, thread efficiency;
+   :mod:`sarlab.simulator.calibration.gatbench`): rate, per-call overhead, row rate, backward ratio, thread
+   efficiency;
 2. co-located single-thread processes, one and ``C`` at once
-(:func:`sarlab.simulator.calibration.hostbench.bench_share`); 3. the allocator and the memory an op family adds on first
-use (:mod:`sarlab.simulator.calibration.hostbench`); 4. gloo point-to-point between two local processes
-(:func:`sarlab.simulator.calibration.hostbench.bench_network`), then the
-   software cost of posting and waiting for messages on 2, 4 and 8 local ranks
-   (:func:`sarlab.simulator.calibration.hostbench.bench_messages`; not a quiet step: it alternates world sizes instead),
-   and how unevenly ``C``, ``2C`` and ``4C`` time-shared ranks progress between barriers
+   (:func:`sarlab.simulator.calibration.hostbench.bench_share`);
+3. the allocator and the memory an op family adds on first use (:mod:`sarlab.simulator.calibration.hostbench`);
+4. gloo point-to-point between two local processes (:func:`sarlab.simulator.calibration.hostbench.bench_network`),
+   then the software cost of posting and waiting for messages on 2, 4 and 8 local ranks
+   (:func:`sarlab.simulator.calibration.hostbench.bench_messages`; not a quiet step: it alternates world sizes
+   instead), and how unevenly ``C``, ``2C`` and ``4C`` time-shared ranks progress between barriers
    (:mod:`sarlab.executor.calibration.progressbench`, fitted by :func:`sarlab.simulator.system.spread.fit_sigma`);
 5. real single-worker engine epochs for the compute scale
-(:func:`sarlab.simulator.calibration.engine_runs.bench_engine`).
+   (:func:`sarlab.simulator.calibration.engine_runs.bench_engine`).
 
 A calibration whose thread efficiencies are implausible for the core count
 (:func:`sarlab.simulator.hardware.plausibility.implausible_thread_effs`) is flagged loudly: in the log, in the profile's

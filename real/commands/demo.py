@@ -41,8 +41,8 @@ def run_demo(workers: int = 4, epochs: int = 5, json_path: str | None = None) ->
         shutil.rmtree(tmp, ignore_errors=True)
     df = pd.DataFrame(records)
     print("\n" + demo_table(df).to_string(index=False))
-    print(f"\n(epoch time: median over epochs after the first, slowest rank; peak memory: per worker above its "
-          f"post-setup baseline, max over ranks and epochs; bytes: sent+received by all workers per epoch)"
+    print(f"\n(epoch time: median over epochs after the first, slowest rank; peak_MiB_above_baseline: per "
+          f"worker, the peak above its post-setup baseline, max over ranks and epochs; bytes: sent+received by all workers per epoch)"
           f"\ndemo finished in {time.perf_counter() - t0:.0f}s", flush=True)
     write_json(json_path, records)
     return 0
@@ -59,7 +59,7 @@ def demo_table(df: pd.DataFrame) -> pd.DataFrame:
             "mode": mode, "workers": int(last.workers), "loss": round(float(last.loss), 4),
             "train_acc": round(float(last.train_acc), 3), "val_acc": round(float(last.val_acc), 3),
             "test_acc": round(float(last.test_acc), 3), "epoch_s": round(float(row.epoch_time_s), 3),
-            "peak_MiB/worker": round(float(row.peak_mem_above_baseline_bytes) / 2**20, 1),
+            "peak_MiB_above_baseline": round(float(row.peak_mem_above_baseline_bytes) / 2**20, 1),
             "MiB_exchanged/epoch": round(float(row.bytes_sent_per_epoch) / 2**20, 1),
         })
     return pd.DataFrame(rows)

@@ -203,7 +203,7 @@ def _watch(procs: list[subprocess.Popen], network, rundir: str, grace_s: float,
 
 
 #: what a rank's traceback says when a wait of its timed out (gloo, c10d, the store)
-TIMEOUT_MARKERS = ("timed out", "timeout", "Timeout")
+TIMEOUT_MARKERS = ("timed out", "timeout")
 
 
 def _traceback_of(rundir: str, rank: int) -> str:
@@ -238,7 +238,7 @@ def stalled_ranks(procs: list[subprocess.Popen], failed: list[int], rundir: str,
 
     A stopped process (SIGSTOP) is stalled; otherwise the live ranks furthest behind in epochs are, once the ranks
     that were only waiting too have had ``settle_s`` to time out and exit."""
-    if not any(m in _traceback_of(rundir, r) for r in failed for m in TIMEOUT_MARKERS):
+    if not any(m in _traceback_of(rundir, r).lower() for r in failed for m in TIMEOUT_MARKERS):
         return []
     alive = [r for r, p in enumerate(procs) if p.poll() is None]
     stopped = [r for r in alive if _stopped(procs[r].pid)]

@@ -190,7 +190,8 @@ def _train(job: Job, trainer: Trainer, baseline: int, manifest: dict, mem_method
             acc = f" val {rec['val_acc']:.3f}" if rec["val_acc"] == rec["val_acc"] else ""
             print(f"[{rec['mode']} {job.model.model} x{trainer.graph.world}] epoch {epoch + 1}/"
                   f"{job.train.epochs} loss {rec['loss']:.4f} train {rec['train_acc']:.3f}{acc} "
-                  f"time {rec['epoch_time_s']:.2f}s peak {rec['peak_mem_bytes'] / 2**20:.0f} MiB", flush=True)
+                  f"time {rec['epoch_time_s']:.2f}s peak {rec['peak_mem_bytes'] / 2**20:.0f} MiB "
+                  f"(+{(rec['peak_mem_bytes'] - rec['baseline_mem_bytes']) / 2**20:.0f} above baseline)", flush=True)
     if job.predict:
         outputs = trainer.predict(job.train.epochs)
         if rank == 0:

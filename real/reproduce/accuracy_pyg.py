@@ -101,7 +101,7 @@ def pyg_accuracy(graph: Graph, cfg: AccuracyConfig, seed: int, init: str = "pyg"
     with torch.no_grad():
         pred = model(x, edge_index).argmax(1)
     accs = [float((pred[m] == y[m]).double().mean()) for m in masks]
-    return {"train_acc": accs[0], "val_acc": accs[1], "test_acc": accs[2], "loss": float(loss)}
+    return {"train_acc": accs[0], "val_acc": accs[1], "test_acc": accs[2], "loss": float(loss.detach())}
 
 
 def sarlab_accuracy(pdir: str, cfg: AccuracyConfig, workers: int, seed: int) -> dict:
@@ -191,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--seeds", type=int, default=5, help="seeds 0..S-1 (default %(default)s)")
     p.add_argument("--epochs", type=int, default=AccuracyConfig.epochs)
+    p.add_argument("--threads", type=int, default=1, help="torch threads of the PyG reference (default %(default)s)")
     args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
     cfg = PublicSplitConfig(workers=args.workers, seeds=tuple(range(args.seeds)),
                             protocol=replace(AccuracyConfig(), epochs=args.epochs))
     runs = run_public_split(cfg, log=lambda line: print(line, file=sys.stderr, flush=True))

@@ -1,4 +1,5 @@
-"""The accuracy table (the SAR paper's accuracy protocol): GCN, GraphSAGE and GAT on Cora and a products-like graph,
+"""The accuracy table (the SAR paper's accuracy protocol): GCN, GraphSAGE and GAT on Cora, CiteSeer (Planetoid's public
+split, shipped with sarlab) and a products-like graph,
 plain / with label augmentation, each with and without Correct & Smooth, mean and std over seeds on one worker,
 and a check that N workers give the same numbers.
 
@@ -40,8 +41,8 @@ class AccuracyConfig:
     """The protocol: graphs, models, seeds, the N check, and the training settings every run shares.
 
     Args:
-        graphs: (name, graph spec, C&S preset): the C&S authors' ogbn-arxiv setting for the citation graph,
-            ogbn-products' for the products-like one.
+        graphs: (name, graph spec, C&S preset): the C&S authors' ogbn-arxiv setting for the citation graphs
+            (Cora and CiteSeer with Planetoid's public split), ogbn-products' for the products-like one.
         models: GNN models; layers, hidden, heads, dropout: their shape (GAT: ``hidden`` = heads x per-head).
         seeds: initialisation/dropout/label-augmentation seeds of the one-worker runs.
         check_workers, check_seeds, check_graphs: the runs repeated on N workers (every model, both label settings).
@@ -50,7 +51,7 @@ class AccuracyConfig:
         parallel: training runs at once (each its own launch of worker processes); changes no number.
     """
 
-    graphs: tuple = (("Cora", "npz:/work/shared/data/cora.npz", "arxiv"),
+    graphs: tuple = (("Cora", "planetoid:cora", "arxiv"), ("CiteSeer", "planetoid:citeseer", "arxiv"),
                      ("products-like", "synthetic:nodes=10000,degree=15,features=100,classes=47,noise=4,seed=0,"
                                        "train=0.08,val=0.02", "products"))
     models: tuple = ("gcn", "sage", "gat")

@@ -2,6 +2,19 @@
 
 Round ``r`` of the ring schedule sends to ``(rank + r) % world`` and receives from ``(rank - r) % world``;
 every worker posts the same rounds in the same order, so the exchanges pair up without a coordinator.
+
+What the engine asks of a backend: ``batch_isend_irecv`` of the point-to-point ops of :meth:`Comm.exchange`
+(tags ``TAG_*``; several exchanges may be in flight, e.g. the next ring round is posted before the current one is
+waited on), ``all_reduce`` (SUM; float64/float32 and int64 tensors), ``barrier`` and, in the worker,
+``all_gather_object``. Tags are not needed for correctness: for every ordered pair (A, B), the k-th message A
+posts to B is the k-th message B posts to receive from A, because all ranks run the same sequence of exchanges
+and both ends of a message skip it alike when it is empty (its size comes from the shared partition). Matching
+in posting order per pair and direction, which the ``ccl`` backend guarantees in place of tags
+(:mod:`sarlab.kernels.ccl`), is therefore enough.
+
+Backends: ``gloo`` (built into torch), ``ccl`` (oneCCL, :mod:`sarlab.kernels.ccl`; this module registers it with
+torch.distributed on import, building the extension only when a ``ccl`` process group is first created),
+``nccl`` and ``mpi`` when this torch has them.
 """
 from __future__ import annotations
 
@@ -18,33 +31,69 @@ TAG_FEATURES, TAG_GRADS, TAG_HALO, TAG_HALO_GRADS = 1, 2, 3, 4
 
 
 def check_backend(name: str) -> None:
-    """Raise a clear error when a backend is unknown or not built into this torch."""
+    """Raise a clear one-line error when a backend is unknown or unusable here; for ``ccl``, build its extension
+    now (once, cached) so that the workers find it ready."""
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}: choose one of {', '.join(BACKENDS)}")
+    ccl_ok, ccl_why = _ccl_available()
     available = {
         "gloo": dist.is_gloo_available(),
         "nccl": dist.is_nccl_available() and torch.cuda.is_available(),
         "mpi": dist.is_mpi_available(),
-        "ccl": _ccl_available(),
+        "ccl": ccl_ok,
     }
     if not available[name]:
         hints = {
             "nccl": "NCCL needs a CUDA build of torch and a GPU",
             "mpi": "this torch was built without MPI support (build torch from source with MPI)",
-            "ccl": "the oneCCL binding (oneccl_bindings_for_pytorch) is not installed",
+            "ccl": ccl_why,
             "gloo": "this torch was built without gloo",
         }
+        where = "" if name == "ccl" else " in this torch build"
         usable = [b for b in BACKENDS if available[b]]
-        raise RuntimeError(f"backend {name!r} is not available in this torch build: {hints[name]}. "
+        raise RuntimeError(f"backend {name!r} is not available{where}: {hints[name]}. "
                            f"Available here: {', '.join(usable) or 'none'}")
+    prepare_backend(name)
 
 
-def _ccl_available() -> bool:
+def prepare_backend(name: str) -> str:
+    """Make backend ``name`` ready for ``dist.init_process_group(name, ...)`` in this process; returns ``name``.
+
+    For ``ccl``: build (first time, about a minute; cached) and load the extension, register it. Other backends
+    need nothing. Raises RuntimeError (one line) when the ccl libraries are missing or the build fails.
+    """
+    if name != "ccl":
+        return name
+    from sarlab.kernels import ccl
+
     try:
-        import oneccl_bindings_for_pytorch  # noqa: F401
-    except ImportError:
-        return False
-    return True
+        ccl.load()
+    except (RuntimeError, OSError, ImportError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else err.__class__.__name__
+        raise RuntimeError(f"backend 'ccl' could not be built or loaded: {first}") from err
+    ccl.register()
+    return name
+
+
+def _ccl_available() -> tuple[bool, str]:
+    """(True, "") when oneCCL, its headers, the Intel runtime, libfabric and a compiler are installed, else (False,
+    what is missing and the pip/apt command that installs it)."""
+    from sarlab.kernels import ccl
+
+    return ccl.available()
+
+
+def _register_ccl_lazily() -> None:
+    """Register ``ccl`` with torch.distributed in every process that imports this module (workers, torchrun
+    ranks); nothing is built or loaded until a ``ccl`` process group is created."""
+    if not dist.is_available():
+        return
+    from sarlab.kernels import ccl
+
+    ccl.register(lazy=True)
+
+
+_register_ccl_lazily()
 
 
 @dataclass

@@ -42,8 +42,9 @@ class TrainConfig:
         label_aug: label augmentation (:mod:`sarlab.strategies.label_aug`): each epoch this share of the training nodes
             has its label as an input and the loss is taken on the others (0: off).
         correct_smooth: after the last epoch, Correct & Smooth on the eval outputs
-            (:mod:`sarlab.strategies.correct_smooth`) with these preset hyperparameters (``products``, ``arxiv``; empty: off); its accuracies go into the last
-            epoch's record (``cs_train_acc``, ``cs_val_acc``, ``cs_test_acc``).
+            (:mod:`sarlab.strategies.correct_smooth`) with these preset hyperparameters (``products``, ``arxiv``;
+            empty: off); its accuracies go into the last epoch's record (``cs_train_acc``, ``cs_val_acc``,
+            ``cs_test_acc``).
     """
 
     epochs: int = 10

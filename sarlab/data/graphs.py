@@ -148,24 +148,17 @@ def ogb_missing_files(folder: str, meta: dict) -> list[str]:
 
 @contextlib.contextmanager
 def _no_download(dataset_module):
-    """While loading: ogb's download decision always says no (and raises), its prompts are answered no, and
-    torch.load may unpickle ogb's own cache (``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``, needed on torch >= 2.6)."""
+    """While loading: ogb's download decision always says no (and raises) and its prompts are answered no."""
     def refuse(url, *args, **kwargs):
         raise InputError(f"ogb wanted to download {url}; sarlab never downloads (fetch the dataset yourself)")
 
     real_input, real_decide = builtins.input, dataset_module.decide_download
-    real_env = os.environ.get("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")
     builtins.input = lambda *a, **k: "n"
     dataset_module.decide_download = refuse
-    os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
     try:
         yield
     finally:
         builtins.input, dataset_module.decide_download = real_input, real_decide
-        if real_env is None:
-            os.environ.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
-        else:
-            os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = real_env
 
 
 def ogb_graph(name: str, root: str, reverse: bool = False) -> Graph:
@@ -205,7 +198,15 @@ def ogb_graph(name: str, root: str, reverse: bool = False) -> Graph:
     if missing:
         raise InputError(f"OGB dataset {name!r} in {folder} is incomplete, and ogb would try to download it "
                          f"(sarlab never downloads); missing: {', '.join(missing)}")
-    with _no_download(ogb_dataset):
+    import torch
+
+    try:  # ogb's cache (processed/data_processed) holds numpy arrays: allow exactly those, weights-only stays on
+        from numpy._core.multiarray import _reconstruct
+    except ImportError:  # numpy < 2
+        from numpy.core.multiarray import _reconstruct
+    arrays = [np.ndarray, np.dtype, _reconstruct] + [type(np.dtype(t)) for t in (
+        "bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64")]
+    with _no_download(ogb_dataset), torch.serialization.safe_globals(arrays):
         dataset = ogb_dataset.NodePropPredDataset(name=name, root=root)
         graph, label = dataset[0]
         split = dataset.get_idx_split()

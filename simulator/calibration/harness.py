@@ -24,7 +24,7 @@ from sarlab.core.machine import usable_cores
 from sarlab.paths import package_parent
 from sarlab.simulator.calibration.calibration import Calibration, Findings
 
-#: the repository root (the directory that holds the ``simulator`` package)
+#: the directory that holds the ``sarlab`` package (a checkout, or site-packages)
 ROOT = package_parent()  # the directory holding the sarlab package
 #: a step during which other processes used more than this share of the cores is measured again
 DISTURBED_SHARE = 0.15
@@ -124,7 +124,7 @@ def module_command(module: str, *args: str) -> list[str]:
 
 def module_env(**extra: str) -> dict[str, str]:
     """This process's environment with the repository root first on ``PYTHONPATH`` (and ``extra`` set), so
-    that a subprocess imports the same ``simulator`` and ``sarlab`` from pytest, notebooks and scripts."""
+    that a subprocess imports the same ``sarlab`` from pytest, notebooks and scripts."""
     path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return dict(os.environ, PYTHONPATH=path, **extra)
 

@@ -511,10 +511,12 @@ class CclBackend : public c10d::Backend {
       for (auto& task : fresh) launch(task);
       if (poll() || !fresh.empty()) {
         idle_rounds = 0;
-      } else if (++idle_rounds < 2000) {
-        std::this_thread::yield();  // oneCCL's own worker thread moves the data; test() only checks
+      } else if (++idle_rounds < 20) {
+        std::this_thread::yield();
       } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        // oneCCL's own worker thread moves the data; test() only checks. Sleeping (rather than spinning)
+        // leaves the cores to those workers: with ranks sharing a few cores, spinning here cost milliseconds.
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
       }
       if (stopping_ && !broken_.empty() && !(queue_.empty() && inflight_.empty())) {  // don't wait for ops that can never finish
         std::lock_guard<std::mutex> lock(mutex_);
