@@ -42,7 +42,8 @@ def run_demo(workers: int = 4, epochs: int = 5, json_path: str | None = None) ->
     df = pd.DataFrame(records)
     print("\n" + demo_table(df).to_string(index=False))
     print(f"\n(epoch time: median over epochs after the first, slowest rank; peak_MiB_above_baseline: per "
-          f"worker, the peak above its post-setup baseline, max over ranks and epochs; bytes: sent+received by all workers per epoch)"
+          f"worker, the peak above its post-setup baseline, max over ranks and epochs; bytes: sent+received by "
+          f"all workers per epoch)"
           f"\ndemo finished in {time.perf_counter() - t0:.0f}s", flush=True)
     write_json(json_path, records)
     return 0
