@@ -88,6 +88,28 @@ def _is_built(directory: Path) -> bool:
 
 
 @contextlib.contextmanager
+def declared_ninja():
+    """Put the ``ninja`` of the declared dependency (the PyPI package) first on ``PATH`` while building.
+
+    torch runs whichever ``ninja`` ``PATH`` finds first; two ninja versions (e.g. the system's 1.11 and the
+    package's 1.13) hash commands differently in ``.ninja_log``, so processes that alternate between them rebuild
+    the same directory over and over ("command line changed")."""
+    try:
+        import ninja
+
+        bin_dir = ninja.BIN_DIR
+    except (ImportError, AttributeError):
+        yield
+        return
+    before = os.environ.get("PATH", "")
+    os.environ["PATH"] = bin_dir + os.pathsep + before
+    try:
+        yield
+    finally:
+        os.environ["PATH"] = before
+
+
+@contextlib.contextmanager
 def _build_turn(directory: Path):
     """Hold this directory's build ``flock``; remove torch's ``lock`` marker a dead builder left behind."""
     with open(directory / "build.flock", "a") as handle:
@@ -108,7 +130,7 @@ def _load(arch_flags: list[str], verbose: bool) -> ModuleType:
 
     directory = variant_dir(arch_flags)
     directory.mkdir(parents=True, exist_ok=True)
-    with _build_turn(directory):
+    with _build_turn(directory), declared_ninja():
         started = None if _is_built(directory) else time.monotonic()
         if started is not None:  # long first-time work says what it is doing
             print(f"sarlab kernels: compiling the C++ extension into {directory} (first use; a minute or more)",

@@ -45,7 +45,7 @@ from sarlab.simulator.workload.workload import load_manifest, resolve_workload
 MODEL_DEFAULTS = {"model": "sage", "layers": 2, "hidden": 64, "aggr": "mean", "heads": 4, "dropout": 0.0,
                   "batchnorm": False, "seed": 0, "dtype": "float32"}
 #: graph specs that name an engine graph (``sarlab plan`` partitions them per worker count with METIS)
-ENGINE_SPECS = ("synthetic:", "npz:", "ogb:")
+ENGINE_SPECS = ("synthetic:", "npz:", "ogb:", "planetoid:", "hetero:")
 #: the strategies that :func:`simulate` prices with the epoch schedule
 EPOCH_MODES = ("sar", "sa", "oneshot")
 NOTE = "accuracy is not modelled: sampling and stale learn differently from exact training"

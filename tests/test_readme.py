@@ -136,20 +136,30 @@ RUN = [b for b in BLOCKS[1:] if b.lang in RUN_LANGS and b.not_run is None]
 SKIPPED = [b for b in BLOCKS[1:] if b.lang in RUN_LANGS and b.not_run is not None]
 
 
-@pytest.mark.timeout(600)
-def test_readme_examples_run(tmp_path):
-    """Every runnable block, in README's order (later blocks use what earlier ones wrote)."""
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """One temporary folder for all runnable blocks: later blocks use what earlier ones wrote."""
+    tmp = tmp_path_factory.mktemp("readme")
+    (tmp / "work").mkdir()
+    return tmp
+
+
+def test_readme_has_runnable_examples():
     assert RUN, "README has no runnable example"
-    (tmp_path / "work").mkdir()
-    for block in RUN:
-        if block.lang == "python":
-            script = tmp_path / f"readme_block_{block.line}.py"
-            script.write_text(_local("\n".join(text for _, text in block.lines) + "\n", tmp_path))
-            _run([sys.executable, str(script)], f"README.md python block at line {block.line}", tmp_path, 300)
-            continue
-        for number, command in commands(block):
-            _run(_local(command, tmp_path), f"README.md line {number} (block at line {block.line}): `{command}`",
-                 tmp_path, 300, shell=True)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("block", RUN, ids=[f"line{b.line}-{b.lang}" for b in RUN])
+def test_readme_block_runs(block, workdir):
+    """Each runnable block, in README's order; a failure names the block, the command and its line."""
+    if block.lang == "python":
+        script = workdir / f"readme_block_{block.line}.py"
+        script.write_text(_local("\n".join(text for _, text in block.lines) + "\n", workdir))
+        _run([sys.executable, str(script)], f"README.md python block at line {block.line}", workdir, 400)
+        return
+    for number, command in commands(block):
+        _run(_local(command, workdir), f"README.md line {number} (block at line {block.line}): `{command}`",
+             workdir, 400, shell=True)
 
 
 def _check_not_run(command: str, where: str, tmp) -> None:

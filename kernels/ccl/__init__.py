@@ -6,6 +6,9 @@ Usage::
     ccl.register()                        # builds on first use (about a minute), then cached
     dist.init_process_group("ccl", ...)   # env://, tcp:// and torchrun work as with gloo
 
+sarlab itself needs no call: :mod:`sarlab.core.comm` registers the backend lazily (``register(lazy=True)``) in
+every process that imports it, and :func:`sarlab.core.comm.check_backend` builds it in the launcher.
+
 :func:`available` tells without building whether the libraries are installed, and if not, how to install them.
 Rendezvous goes through the c10d store: rank 0 publishes the address of its oneCCL key-value store there.
 

@@ -7,7 +7,7 @@ candidate (strategy x workers x resource) is one simulated epoch
 (:func:`sarlab.simulator.strategies.cost_model.resource_profile`), billed by
 :func:`sarlab.simulator.strategies.cost_model.run_cost`. Candidates whose worker needs more memory than the resource has
 (or than ``--memory-per-worker``) are listed but not chosen. Accuracy is not modelled: ``sampling`` and ``stale`` learn
-something else than exact full-batch training (``results/strategies.md`` measures how much).
+something else than exact full-batch training (``results/strategies/strategies.md`` measures how much).
 """
 from __future__ import annotations
 

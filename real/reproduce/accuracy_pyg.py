@@ -10,7 +10,8 @@ plain torch only (no sarlab code); its weights start from PyG's own initialisati
 ``init="linear"``, from ``nn.Linear``'s (Kaiming-uniform), which is what sarlab's GCN layer uses. Seeds set both
 the initialisation and dropout, so per-seed numbers differ between the two; the means over seeds are compared.
 
-Run: ``python -m sarlab.executor.reproduce.accuracy_pyg --out results`` (Cora and CiteSeer, N = 4, 5 seeds).
+Run: ``python -m sarlab.executor.reproduce.accuracy_pyg --out results/accuracy_public_split`` (Cora and CiteSeer,
+N = 4, 5 seeds).
 """
 from __future__ import annotations
 
@@ -164,7 +165,8 @@ def write_public_split(runs: pd.DataFrame, cfg: PublicSplitConfig, out: Path, co
              f"Adam (lr {p.lr}, cosine decay to 0, weight decay {p.weight_decay} on every parameter), {p.dtype}, "
              f"the model after the last epoch (no model selection). sarlab: engine mode `sar` on {cfg.workers} worker "
              "processes (METIS parts). PyG: `torch_geometric.nn.GCNConv` in one process "
-             "([accuracy_pyg.py](../real/reproduce/accuracy_pyg.py)), initialised as PyG does (Glorot, "
+             "(`sarlab.executor.reproduce.accuracy_pyg`, file real/reproduce/accuracy_pyg.py), initialised as PyG "
+             "does (Glorot, "
              "`init=pyg`) and as sarlab's layer does (`nn.Linear`'s Kaiming-uniform, `init=linear`). Seeds "
              f"{list(cfg.seeds)} set initialisation and dropout (different random streams in the two, so the "
              "means are compared, not the seeds). Raw runs: "
