@@ -180,7 +180,7 @@ def test_allreduce_same_on_every_rank_and_close_to_exact(built, algo, tmp_path, 
         scale = np.sum(np.abs(xs), axis=0)
         assert np.all(np.abs(got[0] - exact) <= 4 * np.finfo(np.float64).eps * scale), f"n={n}"
         repeatable = all(np.array_equal(got[0][0], rep) for rep in got[0])
-        print(f"\nCCL_ALLREDUCE={algo} n={n} ({n * 8 >> 10} KiB): bitwise the same in every repeat: {repeatable}")
+        print(f"\nCCL_ALLREDUCE={algo} n={n} ({n * 8 / 1024:.0f} KiB): bitwise the same in every repeat: {repeatable}")
         if algo == "ring":
             assert repeatable, f"n={n}"
             assert np.array_equal(got[0], runs[1][0][str(n)]), f"n={n}: second run differs"

@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from sarlab import kernels
 from sarlab.core import checkpoint, memory
-from sarlab.core.comm import Comm
+from sarlab.core.comm import Comm, prepare_backend
 from sarlab.core.shards import ShardedGraph
 from sarlab.core.train import TrainConfig, Trainer
 from sarlab.data.partition import load_manifest, load_part
@@ -63,6 +63,7 @@ def _connect(job: Job, rank: int, world: int, host: str, port: int) -> None:
                               f"{job.timeout_s:g}s ({err.__class__.__name__}: {str(err).splitlines()[0]}). "
                               "Is the launcher (or rank 0) running, and are MASTER_ADDR/MASTER_PORT right?") \
             from err
+    prepare_backend(job.backend)  # ccl: load and register the oneCCL backend (built by the launcher's check)
     dist.init_process_group(job.backend, store=store, rank=rank, world_size=world, timeout=timeout)
 
 

@@ -12,8 +12,9 @@ and both ends of a message skip it alike when it is empty (its size comes from t
 in posting order per pair and direction, which the ``ccl`` backend guarantees in place of tags
 (:mod:`sarlab.kernels.ccl`), is therefore enough.
 
-Backends: ``gloo`` (built into torch), ``ccl`` (oneCCL, :mod:`sarlab.kernels.ccl`; this module registers it with
-torch.distributed on import, building the extension only when a ``ccl`` process group is first created),
+Backends: ``gloo`` (built into torch), ``ccl`` (oneCCL, :mod:`sarlab.kernels.ccl`; :func:`prepare_backend` builds, loads
+and registers it with torch.distributed in each process, before the process group is created; nothing happens at
+import),
 ``nccl`` and ``mpi`` when this torch has them.
 """
 from __future__ import annotations
@@ -81,19 +82,6 @@ def _ccl_available() -> tuple[bool, str]:
     from sarlab.kernels import ccl
 
     return ccl.available()
-
-
-def _register_ccl_lazily() -> None:
-    """Register ``ccl`` with torch.distributed in every process that imports this module (workers, torchrun
-    ranks); nothing is built or loaded until a ``ccl`` process group is created."""
-    if not dist.is_available():
-        return
-    from sarlab.kernels import ccl
-
-    ccl.register(lazy=True)
-
-
-_register_ccl_lazily()
 
 
 @dataclass
