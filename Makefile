@@ -12,7 +12,7 @@ CCL_PINS := oneccl-cpu==2022.2.0 oneccl-cpu-devel==2022.2.0 intel-cmplr-lib-rt==
 LINT := sarlab real kernels simulator tests docs
 DOCS_OUT ?= .cache/docs
 
-.PHONY: run test test-all setup kernels ccl lint docs wheel bench-engine bench-kernels clean
+.PHONY: run test test-all test-ccl setup kernels ccl lint docs wheel bench-engine bench-kernels bench-backends clean
 
 setup: $(STAMP)
 
@@ -59,6 +59,14 @@ test-all: kernels lint
 
 wheel: $(STAMP)
 	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation -w .cache/dist .
+
+# every ccl test, the slow ones too (verify at N = 3, 4, a hung worker)
+test-ccl: $(STAMP)
+	$(PY) -m pytest -q -m '' tests/test_ccl_backend.py tests/test_ccl_training.py
+
+# gloo vs ccl: collectives by message size and GCN epochs, side by side (into the cache, not results/)
+bench-backends: $(STAMP)
+	$(PY) -m sarlab.executor.bench.backend_bench --out .cache/bench/backends
 
 bench-engine: $(STAMP)
 	$(VENV)/bin/sarlab bench engine

@@ -124,7 +124,7 @@ def test_resume_refuses_another_model_graph_or_finished_run(parts, tmp_path, gra
         ck.load_checkpoint(str(tmp_path / "nothing"))
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / ck.CHECKPOINT_FILE).write_bytes(b"not a checkpoint")
-    with pytest.raises(ck.CheckpointError, match="not a readable sarlab checkpoint"):
+    with pytest.raises(ck.CheckpointError, match="no readable checksum"):
         ck.load_checkpoint(str(tmp_path / "junk"))
 
 

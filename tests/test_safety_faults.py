@@ -68,7 +68,7 @@ def test_sigstopped_rank_is_named(pdir, tmp_path):
             proc.kill()
             proc.wait()
     text = open(log).read()
-    assert proc.returncode == 2 and "rank 1 failed: stopped making progress" in text, text
+    assert proc.returncode == 1 and "rank 1 failed: stopped making progress" in text, text
     print(f"SIGSTOP of rank 1 with --timeout 20: ended {took:.1f}s later naming rank 1")
     assert took < 20 + 60, text  # the issue asks for 20 + 30 s; the margin is for a loaded machine
 

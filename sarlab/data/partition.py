@@ -354,11 +354,11 @@ def load_manifest(path: str) -> dict:
     elif manifest["manifest_sha256"] != manifest_digest(manifest):
         raise PartitionError(f"{mpath} was edited after sarlab wrote it (its manifest_sha256 does not match its "
                              "content); re-create the partition rather than editing the manifest")
+    _check_confined(manifest, mpath)  # before anything is looked up by those names
     try:
         check_manifest_fields(manifest, PART_ARRAYS, mpath)
     except InputError as err:
         raise PartitionError(str(err)) from None
-    _check_confined(manifest, mpath)
     return manifest
 
 
