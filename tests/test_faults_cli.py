@@ -182,3 +182,14 @@ def test_torchrun_launch(pdir, tmp_path):
 
     records = json.loads(out.read_text())
     assert len(records) == 9 and {r["rank"] for r in records} == {0, 1, 2}
+
+
+def test_worker_error_survives_a_process_pool():
+    """A WorkerError raised in a process-pool child (the accuracy table runs rows in a pool) reaches the parent
+    whole: rank, reason and message."""
+    import pickle
+
+    from sarlab.executor.launch.launcher import WorkerError
+
+    err = pickle.loads(pickle.dumps(WorkerError(3, "killed by SIGKILL")))
+    assert (err.rank, err.reason, str(err)) == (3, "killed by SIGKILL", "rank 3 failed: killed by SIGKILL")

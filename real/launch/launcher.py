@@ -48,6 +48,9 @@ class WorkerError(RuntimeError):
         super().__init__(f"rank {rank} failed: {reason}")
         self.rank, self.reason = rank, reason
 
+    def __reduce__(self):  # picklable (a process pool returns it to its parent), with both arguments
+        return (type(self), (self.rank, self.reason))
+
 
 def validate(job: Job, world: int, net: NetSpec | None = None) -> dict:
     """Check everything that can be checked before any compute or network set-up; returns the manifest."""
