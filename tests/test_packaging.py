@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -99,8 +100,11 @@ def installed(tmp_path_factory):
     """A wheel of this tree, installed (non-editable, no dependencies) into a fresh venv that borrows the test
     environment's third-party packages through a .pth file (not its sarlab)."""
     base = tmp_path_factory.mktemp("wheel")
+    source = base / "source"  # a copy, so that setuptools' build/ folder does not land in the checkout
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv", ".cache", "build", "*.egg-info",
+                                                                 "__pycache__", ".pytest_cache", ".ruff_cache"))
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w",
-                            str(base / "dist"), str(ROOT)], capture_output=True, text=True, timeout=TIMEOUT)
+                            str(base / "dist"), str(source)], capture_output=True, text=True, timeout=TIMEOUT)
     assert build.returncode == 0, build.stdout + build.stderr
     assert "warning" not in (build.stdout + build.stderr).lower(), build.stdout + build.stderr
     wheel = next((base / "dist").glob("sarlab-*.whl"))

@@ -12,6 +12,7 @@ import os
 import sys
 import tempfile
 
+from sarlab.core.checkpoint import atomic_write
 from sarlab.core.config import EngineConfig, SamplingConfig, parse_fanouts
 from sarlab.core.memory import METHODS as MEMORY_METHODS
 from sarlab.data.graphs import Graph, load_graph
@@ -33,23 +34,11 @@ def progress(msg: str) -> None:
 
 
 def write_json(path: str | None, payload) -> None:
-    """Write ``payload`` as JSON to ``path`` atomically (unique temporary name, fsync, rename); nothing when ``path``
-    is empty."""
-    if not path:
-        return
-    parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}-", suffix=".tmp", dir=parent)
-    try:  # a unique temporary name, flushed to disk, renamed; removed on any failure (a full disk)
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=1, default=str)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    """Write ``payload`` as JSON to ``path`` atomically (:func:`sarlab.core.checkpoint.atomic_write`); nothing
+    when ``path`` is empty."""
+    if path:
+        text = json.dumps(payload, indent=1, default=str)
+        atomic_write(path, lambda f: f.write(text.encode()))
 
 
 def add_model_args(p: argparse.ArgumentParser, defaults: dict | None = None) -> None:

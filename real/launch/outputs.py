@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from sarlab.core import checkpoint
+from sarlab.core.checkpoint import atomic_write
 from sarlab.data.validate_data import InputError
 from sarlab.executor.launch.jobs import Fault
 
@@ -129,36 +130,14 @@ class OutputPlan:
 
 
 def _copy_atomic(src: str, dst: str) -> None:
-    parent = os.path.dirname(os.path.abspath(dst))
-    os.makedirs(parent, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(dst)}-", suffix=".tmp", dir=parent)
-    try:
-        with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
-            shutil.copyfileobj(inp, out, 1 << 20)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, dst)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    with open(src, "rb") as inp:
+        atomic_write(dst, lambda out: shutil.copyfileobj(inp, out, 1 << 20))
 
 
 def write_json_atomic(path: str, payload) -> None:
     """Write ``payload`` as JSON to ``path``: a unique temporary name beside it, fsync, rename; removed on failure."""
-    parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}-", suffix=".tmp", dir=parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=1, default=str)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    text = json.dumps(payload, indent=1, default=str)
+    atomic_write(path, lambda f: f.write(text.encode()))
 
 
 def fallback_dir() -> str:

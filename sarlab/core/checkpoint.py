@@ -32,6 +32,8 @@ CHECKPOINT_FILE = "checkpoint.pt"
 #: sha256 of the checkpoint (``sha256sum`` format); during a write it lists the old and the new digest
 SUMS_FILE = ".checkpoint-sha256"
 LOCK_FILE = ".checkpoint-lock"
+#: the name prefix of a checkpoint write's temporary files (``.checkpoint-*.tmp``, swept by the next lock owner)
+TMP_PREFIX = ".checkpoint-"
 FORMAT_VERSION = 1
 KINDS = {"checkpoint": "sarlab-checkpoint", "model": "sarlab-model", "predictions": "sarlab-predictions"}
 #: manifest fields that identify a graph whatever its partition
@@ -125,12 +127,20 @@ def check_checkpoint_dir(directory: str, force: bool = False, resume_from: str |
                               "or choose another")
 
 
-def _atomic_write(path: str, write, before_rename=None) -> None:
-    """``write(file)`` into a uniquely named temporary file beside ``path``, fsync, rename over ``path``; the
-    temporary file is removed on any failure. ``before_rename(sha256 hex digest)`` runs between the two."""
+def atomic_write(path: str, write, before_rename=None, prefix: str | None = None) -> None:
+    """``write(binary file)`` into a uniquely named temporary file beside ``path``, fsync, rename over ``path``;
+    the temporary file is removed on any failure (a full disk, an exception in ``write``). The one atomic writer
+    of sarlab's outputs (checkpoints, models, predictions, JSON records).
+
+    Args:
+        path: the file to write. write: called with the open temporary file (``w+b``).
+        before_rename: called with the temporary file's sha256 hex digest between the fsync and the rename.
+        prefix: the temporary file's name prefix (default ``.<name>-``; checkpoints use ``.checkpoint-``, which
+            the next run sweeps when a killed write left one).
+    """
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".tmp", dir=parent)
+    fd, tmp = tempfile.mkstemp(prefix=prefix or f".{os.path.basename(path)}-", suffix=".tmp", dir=parent)
     try:
         with os.fdopen(fd, "w+b") as f:
             write(f)
@@ -161,7 +171,7 @@ def file_sha256(path: str) -> str:
 
 def _write_sums(directory: str, digests: list[str]) -> None:
     text = "".join(f"{d}  {CHECKPOINT_FILE}\n" for d in dict.fromkeys(digests))
-    _atomic_write(os.path.join(directory, SUMS_FILE), lambda f: f.write(text.encode()))
+    atomic_write(os.path.join(directory, SUMS_FILE), lambda f: f.write(text.encode()), prefix=TMP_PREFIX)
 
 
 def _read_sums(directory: str) -> list[str]:
@@ -266,7 +276,7 @@ def save_checkpoint(directory: str, trainer, epochs_done: int, facts: dict, hist
         new.append(digest)
 
     new: list[str] = []
-    _atomic_write(path, lambda f: torch.save(payload, f), before_rename=record)
+    atomic_write(path, lambda f: torch.save(payload, f), before_rename=record, prefix=TMP_PREFIX)
     _write_sums(directory, new)
     return path
 
@@ -325,7 +335,7 @@ def save_model(path: str, trainer, force: bool = False) -> None:
                "in_dim": int(trainer.part.feature_dim) + label_inputs, "label_aug": float(trainer.train_cfg.label_aug),
                "num_relations": int(getattr(trainer.part, "num_relations", 1)),
                "state": {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}}
-    _atomic_write(path, lambda f: torch.save(payload, f))
+    atomic_write(path, lambda f: torch.save(payload, f))
 
 
 def load_model(path: str):
@@ -354,7 +364,7 @@ def write_predictions(path: str, outputs: torch.Tensor, what: str = "logits", fo
     outputs = outputs.detach().cpu()
     if path.endswith(".pt"):
         payload = {"format": KINDS["predictions"], "version": FORMAT_VERSION, "what": what, "outputs": outputs}
-        _atomic_write(path, lambda f: torch.save(payload, f))
+        atomic_write(path, lambda f: torch.save(payload, f))
     else:
-        _atomic_write(path, lambda f: np.savez(f, outputs=outputs.numpy(), what=np.array(what),
+        atomic_write(path, lambda f: np.savez(f, outputs=outputs.numpy(), what=np.array(what),
                                                format=np.array(KINDS["predictions"])))
