@@ -20,7 +20,9 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(PINS)
-	$(PY) -m pip install --quiet -e '.[test]' $(PINS)
+	# setuptools prints an "Editable installation" notice for every editable install of a mapped layout
+	# (sarlab.kernels = kernels/, ...): the checkout is meant to be one, so the notice is silenced
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet -e '.[test]' $(PINS)
 	$(MAKE) --no-print-directory ccl-libs
 	touch $(STAMP)
 
