@@ -3,7 +3,6 @@ graph."""
 from __future__ import annotations
 
 import csv
-import os
 import subprocess
 import sys
 
@@ -49,4 +48,9 @@ def test_command_writes_both_engines_and_ratios(tmp_path):
 
 
 def test_default_output_is_not_under_results():
-    assert os.path.normpath(DEFAULT_OUT).split(os.sep)[0] == ".cache"
+    from pathlib import Path
+
+    from sarlab.paths import cache_dir
+
+    out = Path(DEFAULT_OUT)
+    assert out.is_relative_to(cache_dir()) and "results" not in out.relative_to(cache_dir()).parts

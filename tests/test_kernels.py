@@ -486,8 +486,12 @@ def test_kernel_bench_quick_writes_outputs(tmp_path, cpp_built: bool) -> None:
 
 
 def test_kernel_bench_default_output_is_not_committed_results() -> None:
+    from pathlib import Path
+
+    from sarlab.paths import cache_dir
+
     assert build_parser().parse_args([]).out == DEFAULT_OUT
-    assert DEFAULT_OUT.split(os.sep)[0] == ".cache"
+    assert Path(DEFAULT_OUT).is_relative_to(cache_dir()) and "results" not in Path(DEFAULT_OUT).parts[-2:]
 
 
 def test_stale_torch_build_marker_is_removed_not_waited_on(tmp_path):
