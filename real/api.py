@@ -150,6 +150,21 @@ def _execute(job: Job, world: int, port: int, net: NetSpec, run_timeout_s: float
     return launch(job, world, port=port, net=net, log=log, run_timeout_s=run_timeout_s)
 
 
+def _output_sizes(manifest: dict, cfg: ModelConfig, train: TrainConfig, model_fn: Callable | None,
+                  checkpoint_dir: str | None, save_model: str | None, predict_path: str | None) -> list:
+    """``(path, bytes, option)`` of the outputs whose size is known before training: predictions (nodes x
+    classes), and for a built-in model its weights (``--save-model``) and weights plus Adam's two moments
+    (``--checkpoint``)."""
+    item = torch.empty((), dtype=DTYPES[train.dtype]).element_size()
+    needs = [(predict_path, manifest["num_nodes"] * manifest["num_classes"] * item, "--predict")]
+    if model_fn is None:
+        in_dim = manifest["feature_dim"] + (manifest["num_classes"] if train.label_aug else 0)
+        model = GNN(cfg, in_dim, manifest["num_classes"], num_relations=manifest.get("num_relations", 1))
+        weights = sum(p.numel() for p in model.parameters()) * item
+        needs += [(save_model, weights, "--save-model"), (checkpoint_dir, 3 * weights, "--checkpoint")]
+    return needs
+
+
 def run(graph: str | Graph | object, *, workers: int | None = None, model: ModelConfig | str = "sage",
         model_fn: Callable | None = None, train: TrainConfig | None = None, epochs: int | None = None,
         engine: EngineConfig | None = None, sampling: SamplingConfig | None = None, net: str | NetSpec = "loopback",
@@ -206,6 +221,8 @@ def run(graph: str | Graph | object, *, workers: int | None = None, model: Model
         if on_partition is not None:
             on_partition(pdir)
         fingerprint_cfg = _check_model_fn(model_fn, manifest, cfg, train) if model_fn is not None else cfg
+        outputs.check_free_space(_output_sizes(manifest, cfg, train, model_fn, checkpoint_dir, save_model,
+                                               predict_path))
         done = None
         if resume_dir:
             payload = checkpoint.load_checkpoint(resume_dir)  # sha256-verified

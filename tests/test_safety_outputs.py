@@ -150,3 +150,23 @@ def test_manifest_files_are_confined_to_the_partition(pdir, tmp_path):
             json.dump(m, f)
         with pytest.raises(PartitionError, match="not a file of a part folder"):
             load_manifest(copy)
+
+
+def test_free_space_is_checked_before_training(tmp_path, monkeypatch):
+    """Outputs whose size is known (predictions: nodes x classes; a built-in model's weights; a checkpoint's weights
+    and Adam moments) are refused before any worker starts when their file system has less room; sizes on one file
+    system add up."""
+    from collections import namedtuple
+
+    import sarlab
+    from sarlab.executor.launch import outputs
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(outputs.shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 1000, 1000))
+    with pytest.raises(outputs.OutputError, match=r"--predict, --save-model: about 0\.0 MiB will be written"):
+        outputs.check_free_space([(str(tmp_path / "p.pt"), 600, "--predict"), (str(tmp_path / "m.pt"), 400,
+                                                                                "--save-model")])
+    outputs.check_free_space([(str(tmp_path / "p.pt"), 600, "--predict"), (None, 10**9, "--save-model")])
+    with pytest.raises(outputs.OutputError, match="--predict: about"):  # 2708 x 7 x 4 bytes > 1000
+        sarlab.run("planetoid:cora", workers=2, model="gcn", epochs=1, predict_path=str(tmp_path / "pred.pt"))
+    assert not list(tmp_path.iterdir())  # refused before anything was written

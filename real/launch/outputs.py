@@ -72,6 +72,29 @@ def check_output_file(path: str, kind: str, force: bool = False) -> None:
     _probe_dir(os.path.dirname(os.path.abspath(path)), f"{what} {path!r}")
 
 
+def check_free_space(needs: list[tuple[str | None, int, str]], margin: float = 1.1) -> None:
+    """Before any compute: refuse when a file system has less free space than the outputs that will land on it.
+
+    Args:
+        needs: ``(path, bytes, option)`` per output whose size is known (a checkpoint directory or a file path;
+            None or 0 bytes: skipped); outputs on one file system are summed.
+        margin: headroom over the estimate (a file is written beside its old version, then renamed over it).
+    """
+    per_device: dict[int, list] = {}
+    for path, nbytes, what in needs:
+        if not path or nbytes <= 0:
+            continue
+        base = _nearest_existing(path if what == OPTION["checkpoint"] else os.path.dirname(os.path.abspath(path)))
+        entry = per_device.setdefault(os.stat(base).st_dev, [base, 0, []])
+        entry[1] += nbytes
+        entry[2].append(what)
+    for base, total, whats in per_device.values():
+        free = shutil.disk_usage(base).free
+        if free < total * margin:
+            raise OutputError(f"{', '.join(whats)}: about {total / 2**20:.1f} MiB will be written under {base!r} "
+                              f"but only {free / 2**20:.1f} MiB are free; free some space or choose another place")
+
+
 def check_fault(fault: Fault | None, epochs: int, start: int = 0, log: Callable[[str], None] | None = None) -> None:
     """A fault must fall inside the run: its epoch (counted from 1, as progress is) at most ``epochs``; one at an
     epoch a resumed run skips is noted (it will not fire)."""
