@@ -71,7 +71,7 @@ FALLBACK_RULES = (
 # Tried only when no frame of the stack is a tag or matches a fallback rule.
 LOCAL_ACTIVATION_RULES = (
     Rule("local activations", "sarlab/nn/*"),
-    Rule("local activations", "sarlab/aggregat*.py"),
+    Rule("local activations", "sarlab/core/aggregat*.py"),
     Rule("local activations", "sarlab/core/shards.py"),
     Rule("local activations", "kernels/*"),
     Rule("local activations", "sarlab/core/train.py", "Trainer.forward_backward"),  # sarlab/core/train.py sets no tag
