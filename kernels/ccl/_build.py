@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from types import ModuleType
 
+from .._loader import declared_ninja
 from ..cache import cache_path
 
 CSRC = Path(__file__).resolve().parent / "csrc"
@@ -175,7 +176,7 @@ def load() -> ModuleType:
         build.mkdir(parents=True, exist_ok=True)
         apply_env()
         name = "sarlab_ccl_" + key.rsplit("-", 1)[1]
-        with _flock(root / "build.flock"):
+        with _flock(root / "build.flock"), declared_ninja():  # one ninja for every process (see _loader)
             _link(paths["libccl"], libdir / "libccl.so.1")
             _link(paths["libccl"], libdir / "libccl.so.2")
             with contextlib.suppress(FileNotFoundError):
