@@ -62,13 +62,16 @@ test-all: kernels lint
 wheel: $(STAMP)
 	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation -w .cache/dist .
 
-# every ccl test, the slow ones too (verify at N = 3, 4, a hung worker)
+# every ccl test, the slow ones too (verify at N = 2, 4; the fault and launcher tests' ccl cases)
 test-ccl: $(STAMP)
 	$(PY) -m pytest -q -m '' tests/test_ccl_backend.py tests/test_ccl_training.py
+	$(PY) -m pytest -q -m '' -k ccl tests/test_faults_cli.py tests/test_network.py tests/test_launcher_signals.py \
+	  tests/test_safety_faults.py
 
-# gloo vs ccl: collectives by message size and GCN epochs, side by side (into the cache, not results/)
+# gloo vs ccl side by side: collectives, ring rounds, GCN/SAGE/GAT epochs, on loopback and 1 Gbit/s veth hosts
+# (root for the veth part; ~25 min; into a fresh folder of the cache, not results/)
 bench-backends: $(STAMP)
-	$(PY) -m sarlab.executor.bench.backend_bench --out .cache/bench/backends
+	$(PY) -m sarlab.executor.bench.backend_bench --out .cache/bench/backends-$$(date +%Y%m%d-%H%M%S)
 
 bench-engine: $(STAMP)
 	$(VENV)/bin/sarlab bench engine

@@ -90,6 +90,7 @@ def simulate(
     edge_cut: float | None = None,
     links: Iterable[str | Path | LinkProfile] = (),
     network: str = "reserve",
+    backend: str = "gloo",
     summary: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> pd.DataFrame:
@@ -127,6 +128,8 @@ def simulate(
             workers), placement (None: the profile's; 0: one host), NIC channel implementation.
         edge_cut: edge-cut fraction of presets and estimates (None: a random partition, (N-1)/N).
         links: link profiles (``sarlab netbench --out`` JSON paths or :class:`LinkProfile`) for ``net="veth:..."``.
+        backend: torch.distributed backend of the runs (``gloo``, or one the profile has an overlay of, ``ccl``:
+            ``sarlab calibrate --backend ccl``); its links and message costs price the exchanges.
         summary: return the per-configuration summary instead of the per-rank records.
         progress: called with one line per configuration (e.g. ``print``); None: quiet.
     """
@@ -142,7 +145,8 @@ def simulate(
     link_list = [lp if isinstance(lp, LinkProfile) else read_link_profile(lp, prof) for lp in links]
     records, _ = simulate_sweep(graph, mode_list, models, [int(w) for w in _names(workers)], prof,
                                 prefetch=prefetch, threads=threads, workers_per_host=workers_per_host,
-                                edge_cut=edge_cut, network=network, progress=progress, net=net, links=link_list)
+                                edge_cut=edge_cut, network=network, progress=progress, net=net, links=link_list,
+                                backend=backend)
     out = summarize_sweep(records) if summary else records
     out.attrs.update(profile=prof.name, profile_source=source)
     return out

@@ -1,23 +1,122 @@
 """Bad input and faults: a clear error before any compute, bounded exits, the failing rank named.
 
-All through the real command line in subprocesses with timeouts (a hang fails the test with output).
+All through the real command line in subprocesses with timeouts (a hang fails the test with output). The fault tests
+run under every backend (gloo, and ccl where :func:`sarlab.kernels.ccl.available` says oneCCL is installed; skipped
+with its reason elsewhere), each in a fresh working directory and ``$TMPDIR``, and check that the run leaves nothing
+behind: no process of the run, no network namespace, no run directory, no file in the working directory (oneCCL's
+libraries once wrote crash backtraces ``python.*.btr`` there).
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 import pytest
-from conftest import ROOT, run_cli
+from conftest import run_cli
 
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.partition import partition
+from sarlab.kernels import ccl
 
 TRAIN = ["train", "--epochs", "3", "--hidden", "8", "--eval-every", "0"]
+
+CCL_OK, CCL_WHY = ccl.available()
+needs_ccl = pytest.mark.skipif(not CCL_OK, reason=f"ccl backend unavailable: {CCL_WHY}")
+#: every backend the fault tests run under (ccl skipped, with the reason, where oneCCL is missing)
+BACKENDS = ["gloo", pytest.param("ccl", marks=needs_ccl)]
+#: the same, with the ccl case kept out of the default run (`make test` covers a killed, a hung and a cut worker,
+#: and torchrun, under ccl; the rest run with -m slow)
+BACKENDS_CCL_SLOW = ["gloo", pytest.param("ccl", marks=[needs_ccl, pytest.mark.slow])]
+
+
+def built(backend: str) -> str:
+    """``backend``, built here first (ccl's extension: once, cached), so that no timed run includes the build."""
+    if backend == "ccl":
+        ccl.load()
+    return backend
+
+
+def processes_of(launcher_pid: int) -> list[int]:
+    """Live processes started by the launcher ``launcher_pid`` (they carry SARLAB_LAUNCHER_PID=pid)."""
+    tag = f"SARLAB_LAUNCHER_PID={launcher_pid}".encode()
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if tag in f.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+@dataclass
+class Finished:
+    """A finished ``sarlab`` process: its exit status, output, wall time, pid, working directory and $TMPDIR."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    elapsed: float
+    pid: int
+    cwd: str
+    tmpdir: str
+
+    @property
+    def text(self) -> str:
+        return self.stdout + self.stderr
+
+
+def fresh_dirs(tmp_path) -> tuple[str, str]:
+    """An empty working directory and an empty $TMPDIR for one run (what it leaves there is what it left)."""
+    cwd, tmpdir = tmp_path / "cwd", tmp_path / "tmp"
+    cwd.mkdir(exist_ok=True)
+    tmpdir.mkdir(exist_ok=True)
+    return str(cwd), str(tmpdir)
+
+
+def run_sarlab(args: list[str], tmp_path, timeout: float, env: dict | None = None) -> Finished:
+    """``sarlab ARGS`` in a fresh working directory and $TMPDIR (see :func:`fresh_dirs`); fails the test with the
+    output if it runs past ``timeout``."""
+    cwd, tmpdir = fresh_dirs(tmp_path)
+    full_env = dict(os.environ, TMPDIR=tmpdir, **(env or {}))
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "sarlab", *args], cwd=cwd, env=full_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"`sarlab {' '.join(args)}` did not finish in {timeout}s\nstdout:\n{out}\nstderr:\n{err}")
+    return Finished(proc.returncode, out, err, time.monotonic() - t0, proc.pid, cwd, tmpdir)
+
+
+def assert_nothing_left(run: Finished, wait_s: float = 10.0) -> None:
+    """No process of the run alive (within ``wait_s``), none of its network namespaces, nothing in its working
+    directory or $TMPDIR (run directories, temporary partitions, crash files)."""
+    from sarlab.executor.launch import netns
+
+    deadline = time.monotonic() + wait_s
+    while processes_of(run.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not processes_of(run.pid), f"processes of the run still alive: {processes_of(run.pid)}\n{run.text}"
+    left = [n for n in netns.namespaces() if n.startswith(f"{netns.PREFIX}-{run.pid}-")]
+    assert not left, f"network namespaces left: {left}"
+    assert not os.listdir(run.cwd), f"files left in the working directory: {os.listdir(run.cwd)}\n{run.text}"
+    assert not ours_in(run.tmpdir), f"left in $TMPDIR: {ours_in(run.tmpdir)}"
+
+
+def ours_in(tmpdir: str) -> list[str]:
+    """What is in a run's $TMPDIR but torch's own per-user cache (``torchinductor_USER``, which importing
+    ``torch._dynamo`` creates, e.g. through ``torch.optim``, and every later torch program reuses)."""
+    return sorted(name for name in os.listdir(tmpdir) if not name.startswith("torchinductor_"))
 
 
 @pytest.fixture(scope="module")
@@ -69,12 +168,6 @@ def test_feature_and_label_dims_mismatch(pdir):
            "expects 5 classes but the graph has 3")
 
 
-def _ccl_ready() -> bool:
-    from sarlab.kernels import ccl
-
-    return ccl.available()[0]
-
-
 @pytest.mark.parametrize("flag, value, needle", [
     ("--mode", "turbo", "unknown mode 'turbo'"),
     ("--model", "gin", "unknown model 'gin'"),
@@ -84,7 +177,7 @@ def _ccl_ready() -> bool:
     # where oneCCL is installed `--backend ccl` trains (tests/test_ccl_training.py); the one-line message of a
     # missing library is tested there too
     pytest.param("--backend", "ccl", "backend 'ccl' is not available",
-                 marks=pytest.mark.skipif(_ccl_ready(), reason="oneCCL is installed here: ccl trains")),
+                 marks=pytest.mark.skipif(CCL_OK, reason="oneCCL is installed here: ccl trains")),
     ("--aggr", "median", "unknown SAGE aggregator"),
 ])
 def test_unknown_choices(pdir, flag, value, needle):
@@ -112,15 +205,23 @@ def test_unreachable_rendezvous_is_bounded(pdir):
     assert time.monotonic() - t0 < 60
 
 
-@pytest.mark.parametrize("kind, needle, option", [("raise", "injected fault on rank 1 at epoch 1", "--fault"),
-                                                  ("sigkill", "killed by signal SIGKILL", "--inject-fault")])
-def test_worker_death_is_reported_and_bounded(pdir, kind, needle, option):
-    t0 = time.monotonic()
-    text = _fails(run_cli([*TRAIN, "--graph", pdir, "--workers", "3", option, f"1:1:{kind}"],
-                          timeout=120), "rank 1 failed", needle)
-    assert time.monotonic() - t0 < 90, text
+RAISED = ("raise", "injected fault on rank 1 at epoch 1", "--fault")
+KILLED = ("sigkill", "killed by signal SIGKILL", "--inject-fault")
+
+
+@pytest.mark.parametrize("kind, needle, option, backend", [
+    (*RAISED, "gloo"), (*KILLED, "gloo"),
+    pytest.param(*RAISED, "ccl", marks=[needs_ccl, pytest.mark.slow]), pytest.param(*KILLED, "ccl", marks=needs_ccl),
+])
+def test_worker_death_is_reported_and_bounded(pdir, tmp_path, kind, needle, option, backend):
+    """The default --timeout is 60 s: the run ends well within it + 30 s, naming the rank, leaving nothing."""
+    run = run_sarlab([*TRAIN, "--graph", pdir, "--workers", "3", "--backend", built(backend), option,
+                      f"1:1:{kind}"], tmp_path, timeout=120)
+    text = _fails(run, "rank 1 failed", needle)
+    assert run.elapsed < 90, text
     if kind == "raise":
         assert "Traceback" in text  # the child's traceback reaches the user
+    assert_nothing_left(run)
 
 
 @pytest.mark.parametrize("fault, needle", [("7:1:raise", "fault on rank 7, but the ranks are 0..2"),
@@ -133,30 +234,40 @@ def test_bad_fault_is_refused_before_any_work(pdir, fault, needle):
     assert "[sar " not in text  # no epoch ran
 
 
-def test_hung_worker_times_out(pdir):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hung_worker_times_out(pdir, tmp_path, backend):
     """A rank that stops answering: the others give up after --timeout, the run ends non-zero and the hung rank
     (not the one whose wait timed out) is named. The bound allows for a loaded machine (start-up alone has taken
     20 s at a load of 4-12)."""
-    t0 = time.monotonic()
-    _fails(run_cli([*TRAIN, "--graph", pdir, "--workers", "3", "--inject-fault", "2:1:hang", "--timeout", "5"],
-                   timeout=180), "rank 2 failed: stopped making progress")
-    assert time.monotonic() - t0 < 150
+    run = run_sarlab([*TRAIN, "--graph", pdir, "--workers", "3", "--backend", built(backend), "--inject-fault",
+                      "2:1:hang", "--timeout", "5"], tmp_path, timeout=180)
+    _fails(run, "rank 2 failed: stopped making progress")
+    assert run.elapsed < 150, run.text
+    assert_nothing_left(run)
 
 
-def _env_rank(rank: int, world: int, port: int, pdir: str, extra: list[str]) -> subprocess.Popen:
-    env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def _env_rank(rank: int, world: int, port: int, pdir: str, extra: list[str], cwd: str,
+              env: dict) -> subprocess.Popen:
+    env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               **env)
     env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
-    return subprocess.Popen([sys.executable, "-m", "sarlab", *TRAIN, "--graph", pdir, *extra], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, "-m", "sarlab", *TRAIN, "--graph", pdir, *extra], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def test_peer_death_without_our_launcher_is_bounded(pdir):
-    """torchrun-style ranks (env://): one is SIGKILLed, the survivors exit non-zero by themselves."""
+@pytest.mark.parametrize("backend", BACKENDS_CCL_SLOW)
+def test_peer_death_without_our_launcher_is_bounded(pdir, tmp_path, backend):
+    """torchrun-style ranks (env://): one is SIGKILLed, the survivors exit with an error by themselves (a timed-out
+    wait, not a crash), leaving nothing but what the killed rank could not remove (its output directory in $TMPDIR,
+    which the next run sweeps)."""
+    from sarlab.executor.launch import netns
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    extra = ["--epochs", "200", "--timeout", "10", "--inject-fault", "2:2:sigkill"]
-    procs = [_env_rank(r, 3, port, pdir, extra) for r in range(3)]
+    cwd, tmpdir = fresh_dirs(tmp_path)
+    extra = ["--epochs", "200", "--timeout", "10", "--inject-fault", "2:2:sigkill", "--backend", built(backend)]
+    procs = [_env_rank(r, 3, port, pdir, extra, cwd, {"TMPDIR": tmpdir}) for r in range(3)]
     t0 = time.monotonic()
     outputs = []
     try:
@@ -167,21 +278,31 @@ def test_peer_death_without_our_launcher_is_bounded(pdir):
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    assert procs[2].returncode == -9
-    assert procs[0].returncode != 0 and procs[1].returncode != 0, "\n".join(outputs)
-    assert time.monotonic() - t0 < 100
+                p.wait()
+    text = "\n".join(outputs)
+    assert procs[2].returncode == -9, text
+    assert procs[0].returncode == 1 and procs[1].returncode == 1, text
+    assert time.monotonic() - t0 < 100, text
+    assert not os.listdir(cwd), f"files left in the working directory: {os.listdir(cwd)}\n{text}"
+    left = ours_in(tmpdir)
+    assert all(name.startswith(f"{netns.PREFIX}-run-{procs[2].pid}-") for name in left), left
 
 
-def test_torchrun_launch(pdir, tmp_path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_torchrun_launch(pdir, tmp_path, backend):
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    cwd, tmpdir = fresh_dirs(tmp_path)
     out = tmp_path / "records.json"
     res = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "3", "-m", "sarlab", *TRAIN, "--graph",
-                          pdir, "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=180)
+                          pdir, "--backend", built(backend), "--json", str(out)], cwd=cwd, capture_output=True,
+                         text=True, timeout=180, env=dict(os.environ, TMPDIR=tmpdir))
     assert res.returncode == 0, res.stdout + res.stderr
-    import json
-
     records = json.loads(out.read_text())
     assert len(records) == 9 and {r["rank"] for r in records} == {0, 1, 2}
+    assert {r["backend"] for r in records} == {backend} and {r["net"] for r in records} == {"env"}
+    assert not os.listdir(cwd), os.listdir(cwd)
+    # torchrun's own log directory (torchelastic_*) stays, as after any torchrun program; nothing of sarlab's does
+    assert not [name for name in ours_in(tmpdir) if not name.startswith("torchelastic_")], ours_in(tmpdir)
 
 
 def test_worker_error_survives_a_process_pool():

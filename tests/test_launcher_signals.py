@@ -2,7 +2,8 @@
 emulated network) and end with one line, no traceback; after SIGKILL the workers exit by themselves and the next
 run removes what was left. Every case ends with no process of the run alive (checked for up to 60 s).
 
-The processes of a run are found by the launcher pid every worker carries in its environment.
+The processes of a run are found by the launcher pid every worker carries in its environment. Each case runs under
+gloo and under ccl (SIGTERM by default, the others with -m slow); none leaves a file in its working directory.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import tempfile
 import time
 
 import pytest
-from conftest import ROOT
+from test_faults_cli import BACKENDS_CCL_SLOW, built, needs_ccl, processes_of
 
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.partition import partition
@@ -33,27 +34,16 @@ def pdir(tmp_path_factory):
     return path
 
 
-def processes_of(launcher_pid: int) -> list[int]:
-    """Live processes started by the launcher ``launcher_pid`` (they carry SARLAB_LAUNCHER_PID=pid)."""
-    tag = f"SARLAB_LAUNCHER_PID={launcher_pid}".encode()
-    found = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if tag in f.read().split(b"\0"):
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
-
-
-def _start(pdir: str, tmp_path, net: str) -> tuple[subprocess.Popen, str]:
-    """A long `sarlab train` in a session of its own (as a shell runs a foreground job); returns once it trains."""
+def _start(pdir: str, tmp_path, net: str, backend: str = "gloo") -> tuple[subprocess.Popen, str]:
+    """A long `sarlab train` in a session of its own (as a shell runs a foreground job), in the empty working
+    directory ``tmp_path/cwd``; returns once it trains."""
     log = str(tmp_path / "launcher.log")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
     cmd = [sys.executable, "-m", "sarlab", "train", "--graph", pdir, "--workers", "2", "--epochs", "1000000",
-           "--hidden", "8", "--eval-every", "0", "--timeout", "30", "--net", net]
+           "--hidden", "8", "--eval-every", "0", "--timeout", "30", "--net", net, "--backend", built(backend)]
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 180
     while "epoch 2/" not in _read(log):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -85,8 +75,8 @@ def _namespaces(pid: int) -> list[str]:
     return [n for n in netns.namespaces() if n.startswith(f"{netns.PREFIX}-{pid}-")]
 
 
-def _interrupt(pdir, tmp_path, net: str, sig: int) -> None:
-    proc, log = _start(pdir, tmp_path, net)
+def _interrupt(pdir, tmp_path, net: str, sig: int, backend: str = "gloo") -> None:
+    proc, log = _start(pdir, tmp_path, net, backend)
     if sig == signal.SIGINT:
         os.killpg(proc.pid, sig)  # Ctrl-C on a terminal: the whole foreground group
     else:
@@ -104,10 +94,11 @@ def _interrupt(pdir, tmp_path, net: str, sig: int) -> None:
     _none_alive_within(proc.pid)
     assert not _rundirs(proc.pid), "the run directory was not removed"
     assert not _namespaces(proc.pid), "the network was not removed"
+    assert not os.listdir(tmp_path / "cwd"), f"files left in the working directory: {os.listdir(tmp_path / 'cwd')}"
 
 
-def _sigkill(pdir, tmp_path, net: str) -> None:
-    proc, _ = _start(pdir, tmp_path, net)
+def _sigkill(pdir, tmp_path, net: str, backend: str = "gloo") -> None:
+    proc, _ = _start(pdir, tmp_path, net, backend)
     proc.kill()
     assert proc.wait(timeout=60) == -signal.SIGKILL
     _none_alive_within(proc.pid)  # the workers notice and exit by themselves
@@ -115,17 +106,24 @@ def _sigkill(pdir, tmp_path, net: str) -> None:
     netns.remove_leftovers(notes.append)  # what the next run does first
     assert not _rundirs(proc.pid) and not _namespaces(proc.pid)
     assert any(f"dead launcher (pid {proc.pid})" in note for note in notes), notes
+    assert not os.listdir(tmp_path / "cwd"), f"files left in the working directory: {os.listdir(tmp_path / 'cwd')}"
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_interrupted_launcher_stops_workers_and_cleans_up(pdir, tmp_path, sig):
-    _interrupt(pdir, tmp_path, "loopback", sig)
+@pytest.mark.parametrize("sig, backend", [
+    (signal.SIGINT, "gloo"), (signal.SIGTERM, "gloo"),
+    # the launcher SIGTERMs its workers: under ccl that once left a crash file python.*.btr in the working directory
+    pytest.param(signal.SIGTERM, "ccl", marks=needs_ccl),
+    pytest.param(signal.SIGINT, "ccl", marks=[needs_ccl, pytest.mark.slow]),
+], ids=["SIGINT-gloo", "SIGTERM-gloo", "SIGTERM-ccl", "SIGINT-ccl"])
+def test_interrupted_launcher_stops_workers_and_cleans_up(pdir, tmp_path, sig, backend):
+    _interrupt(pdir, tmp_path, "loopback", sig, backend)
 
 
 @pytest.mark.timeout(300)
-def test_sigkilled_launcher_takes_its_workers_along(pdir, tmp_path):
-    _sigkill(pdir, tmp_path, "loopback")
+@pytest.mark.parametrize("backend", BACKENDS_CCL_SLOW)
+def test_sigkilled_launcher_takes_its_workers_along(pdir, tmp_path, backend):
+    _sigkill(pdir, tmp_path, "loopback", backend)
 
 
 @pytest.mark.skipif(WHY_NO_NETWORK is not None, reason=WHY_NO_NETWORK or "")

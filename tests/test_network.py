@@ -10,11 +10,11 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
 from conftest import ROOT, run_cli
+from test_faults_cli import BACKENDS, BACKENDS_CCL_SLOW, assert_nothing_left, built, run_sarlab
 
 from sarlab.core.config import EngineConfig
 from sarlab.core.train import TrainConfig
@@ -177,23 +177,27 @@ def test_verify_cli_passes_on_shared_hosts():
     assert res.returncode == 0 and "(ok)" in res.stdout, res.stdout + res.stderr
 
 
-def _cut(pdir: str, workers: int, net: str, rank: int, timeout: float = 5.0):
-    t0 = time.monotonic()
-    res = run_cli(["train", "--graph", pdir, "--workers", str(workers), "--epochs", "6", "--hidden", "8",
-                   "--eval-every", "0", "--net", net, "--fault", f"{rank}:1:cut", "--timeout", str(timeout)],
-                  timeout=240)
-    return res, time.monotonic() - t0
+def _cut(pdir: str, workers: int, net: str, rank: int, tmp_path, backend: str = "gloo", timeout: float = 5.0):
+    """``sarlab train`` whose ``rank`` cuts its host's link at epoch 1 (in a fresh working directory and $TMPDIR)."""
+    return run_sarlab(["train", "--graph", pdir, "--workers", str(workers), "--epochs", "6", "--hidden", "8",
+                       "--eval-every", "0", "--net", net, "--fault", f"{rank}:1:cut", "--timeout", str(timeout),
+                       "--backend", built(backend)], tmp_path, timeout=240)
 
 
 @needs_network
 @pytest.mark.timeout(300)
-def test_link_cut_names_the_rank_and_leaves_nothing(parts):
-    res, elapsed = _cut(parts[3], 3, "veth:rate=100mbit", 1)
-    text = res.stdout + res.stderr
-    assert res.returncode != 0, text
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_link_cut_names_the_rank_and_leaves_nothing(parts, tmp_path, backend):
+    """Every rank's wait times out (the cut rank's too): the rank whose link is down is named, within the timeout
+    + 30 s (+ start-up), and nothing of the run is left (processes, namespaces, links, files)."""
+    run = _cut(parts[3], 3, "veth:rate=100mbit", 1, tmp_path, backend)
+    text = run.text
+    assert run.returncode != 0, text
     assert "rank 1 failed: unreachable" in text and "host 1" in text, text
-    assert "Traceback" not in res.stderr.split("rank 1 failed")[0]
-    assert elapsed < 5 + 30 + 60, f"took {elapsed:.0f}s (timeout 5 s + 30 s + start-up)\n{text}"
+    assert "Traceback" not in run.stderr.split("rank 1 failed")[0]
+    assert run.elapsed < 5 + 30 + 60, f"took {run.elapsed:.0f}s (timeout 5 s + 30 s + start-up)\n{text}"
+    assert_nothing_left(run)
+    assert not _left_behind(run.pid)
     assert not [n for n in netns.namespaces() if n.startswith(f"{netns.PREFIX}-")
                 and not pid_alive(int(n.split("-")[1]))], "namespaces of a dead launcher remain"
 
@@ -202,13 +206,15 @@ def test_link_cut_names_the_rank_and_leaves_nothing(parts):
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("run", range(5))
-def test_link_cut_repeatedly_and_on_a_shared_host(tmp_path_factory, run):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_link_cut_repeatedly_and_on_a_shared_host(tmp_path_factory, tmp_path, backend, run):
     pdir = str(tmp_path_factory.mktemp("cut4") / "p4")
     partition(synthetic_graph(nodes=400, degree=8, features=12, classes=4, seed=run), 4, pdir)
-    res, elapsed = _cut(pdir, 4, "veth:rate=100mbit,hosts=2", 3)
-    text = res.stdout + res.stderr
+    res = _cut(pdir, 4, "veth:rate=100mbit,hosts=2", 3, tmp_path, backend)
+    text = res.text
     assert res.returncode != 0 and "unreachable" in text and "rank(s) [2, 3]" in text, text
-    assert elapsed < 5 + 30 + 60, text
+    assert res.elapsed < 5 + 30 + 60, text
+    assert_nothing_left(res)
 
 
 @needs_network
@@ -248,10 +254,13 @@ def test_measured_bandwidth_is_the_configured_rate(tmp_path):
 
 @needs_network
 @pytest.mark.timeout(400)
-def test_torchrun_across_two_emulated_hosts_matches_the_launcher(parts, tmp_path):
-    """One torchrun per host namespace, c10d rendezvous on host 0's address: the same fp64 loss curve."""
+@pytest.mark.parametrize("backend", BACKENDS_CCL_SLOW)
+def test_torchrun_across_two_emulated_hosts_matches_the_launcher(parts, tmp_path, backend):
+    """One torchrun per host namespace, c10d rendezvous on host 0's address: the same fp64 loss curve. The ranks
+    are told the host's interface as the launcher tells its workers (:data:`netns.IFACE_ENV`: gloo's, oneCCL's
+    key-value store's and libfabric's variables)."""
     args = ["train", "--graph", parts[2], "--epochs", "4", "--hidden", "8", "--dtype", "float64", "--eval-every",
-            "0", "--timeout", "60"]
+            "0", "--timeout", "60", "--backend", built(backend)]
     single = tmp_path / "single.json"
     res = run_cli([*args, "--workers", "2", "--json", str(single)], timeout=200)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -265,7 +274,7 @@ def test_torchrun_across_two_emulated_hosts_matches_the_launcher(parts, tmp_path
                    "--rdzv-endpoint", f"{network.address(0)}:29400", "--rdzv-id", "sarlab-test",
                    "--local-addr", network.address(h), "--rdzv-conf", f"is_host={int(h == 0)}",
                    "-m", "sarlab", *args, "--json", str(outs[h])]
-            procs.append(subprocess.Popen(cmd, cwd=ROOT, env=dict(os.environ, GLOO_SOCKET_IFNAME=netns.IFNAME),
+            procs.append(subprocess.Popen(cmd, cwd=ROOT, env=dict(os.environ, **netns.IFACE_ENV),
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
         logs = []
         try:
@@ -282,5 +291,5 @@ def test_torchrun_across_two_emulated_hosts_matches_the_launcher(parts, tmp_path
     got = _by_rank_epoch(records)
     assert set(got) == set(want)
     assert [got[k]["loss"] for k in sorted(got)] == [want[k]["loss"] for k in sorted(want)]
-    assert {r["net"] for r in records} == {"env"}
+    assert {r["net"] for r in records} == {"env"} and {r["backend"] for r in records} == {backend}
     assert not _left_behind(os.getpid())

@@ -33,7 +33,7 @@ died. oneCCL cannot cancel an op, so the process group is unusable afterwards: l
 the process group is bounded by the store's timeout while waiting for rank 0's address, not after that.
 
 Environment set when unset (before oneCCL loads): ``CCL_ATL_TRANSPORT=ofi``, ``FI_PROVIDER=tcp``,
-``CCL_LOG_LEVEL=error``, ``CCL_YIELD=sched_yield`` (see :data:`ENV_DEFAULTS`).
+``CCL_LOG_LEVEL=error``, ``CCL_YIELD=sched_yield``, ``IPATH_NO_BACKTRACE=1`` (see :data:`ENV_DEFAULTS`).
 This module imports only the standard library; torch is imported by :func:`load` and :func:`register`.
 """
 

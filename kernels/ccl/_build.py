@@ -52,6 +52,10 @@ ENV_DEFAULTS = {
     # host) that starves the peer's worker: 2 ranks on 2 cores took ~3 ms per 1 KiB all_reduce, ~0.1-0.3 ms with
     # sched_yield. Set CCL_YIELD=pause on hosts with a core to spare per rank.
     "CCL_YIELD": "sched_yield",
+    # Debian's libfabric loads the Truescale PSM library (libinfinipath), which installs handlers for SIGSEGV,
+    # SIGTERM, ... that write a backtrace file (python.*.btr) into the working directory and exit(1) from inside
+    # the handler; a terminated rank then crashed or hung in teardown. This variable keeps them out.
+    "IPATH_NO_BACKTRACE": "1",
 }
 
 _lock = threading.Lock()

@@ -1,20 +1,27 @@
-"""gloo vs ccl side by side on loopback: collective bandwidth against message size, and GCN epoch time.
+"""gloo vs ccl side by side, one sitting: collectives, ring rounds and training epochs, on loopback and on
+emulated hosts (``python -m sarlab.executor.bench.backend_bench --out DIR``; ``make bench-backends``).
 
-``python -m sarlab.executor.bench.backend_bench --out DIR`` writes into DIR (refusing to replace files):
+For every network of ``--nets`` (default ``loopback`` and ``veth:rate=1gbit``: one emulated host per rank, each
+with a 1 Gbit/s full-duplex link), in this order:
 
-* ``backend_collectives.csv``: ``op, bytes, backend, rep, seconds, GBps`` for ``all_reduce`` (float32, SUM) and
-  ``all_to_all_single`` (float32, equal splits) of 4 KiB .. 64 MiB per rank on 2 ranks. ``seconds`` is the mean
-  time of one call over a timed loop (after two warm-up calls); ``GBps`` = bytes per rank / seconds (the
-  algorithm bandwidth, not the bytes on the wire).
-* ``backend_epochs.csv``: ``model, mode, workers, backend, rep, epoch_time_s, epochs``: the median epoch time of
-  ``--epochs`` full-batch GCN epochs (the first, warm-up epoch excluded) on ``--graph``, per mode and worker count.
-* ``backend_bench.json``: the command, date, CPU, torch, ``/proc/loadavg`` before and after, the ccl environment.
+* **collectives** (2 ranks, one per host): ``all_reduce`` (float32 SUM) and ``all_to_all_single`` (float32,
+  equal splits) of 4 KiB .. 64 MiB per rank. Both backends live in the same two processes (the default group is
+  gloo, ``dist.new_group(backend="ccl")`` is ccl) and alternate call by call size by size, gloo first in even
+  repeats, ccl first in odd ones. ``seconds`` is the mean time of one call over a timed loop (after two warm-up
+  calls, between barriers); ``GBps`` = bytes per rank / seconds (the algorithm bandwidth, not the bytes on the
+  wire).
+* **rounds** (:mod:`sarlab.executor.calibration.roundbench`, 4 ranks, one per host, 1 MB messages): the ``sar``
+  ring's rounds with prefetch 0 and 1 and the ``oneshot`` exchange, no compute; backends alternate per repeat.
+* **epochs** (``sarlab bench engine --backend gloo,ccl``: the launcher, a worker per rank as ``sarlab train`` runs
+  them): GCN, SAGE, GAT in ``sar`` and ``oneshot`` at N = 2, 4, 8 on ``--graph`` (default a 20000-node graph),
+  ``--epochs`` epochs (the first is warm-up); the two backends run back to back per configuration, their order
+  alternating from one configuration to the next.
 
-Both backends live in the same processes: the default process group is gloo, a second group over all ranks is
-ccl (``dist.new_group(backend="ccl")``), and the measurements alternate between them (gloo first in even
-repeats, ccl first in odd ones), so both see the same load. The epochs run the engine (:class:`Trainer` on a
-:class:`ShardedGraph`) with a :class:`Comm` on one group or the other, as a worker of ``sarlab train`` does,
-without the launcher. Defaults of both backends (ccl: :data:`sarlab.kernels.ccl.ENV_DEFAULTS`).
+Each backend runs with its defaults (ccl: :data:`sarlab.kernels.ccl.ENV_DEFAULTS`, unless set in the environment).
+Writes into DIR (refusing to replace files): ``backends_collectives.csv``, ``backends_rounds.csv``,
+``backends_epochs.csv`` (every metric record, with ``backend`` and ``net`` columns), ``backends_bench.json`` (the
+command, date, CPU, torch, oneCCL version, ``/proc/loadavg`` before and after every phase), then the tables and the
+plot of :mod:`sarlab.executor.bench.backend_report`.
 """
 from __future__ import annotations
 
@@ -23,43 +30,34 @@ import csv
 import datetime
 import json
 import os
-import shutil
-import signal
-import socket
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
+
+from sarlab.executor.bench.backend_report import COLL_FILE, EPOCH_FILE, META_FILE, ROUND_FILE, write_report
 
 SIZES = [4 << 10 << (2 * i) for i in range(8)]  # 4 KiB .. 64 MiB
 BACKENDS = ("gloo", "ccl")
-COLL_FILE, EPOCH_FILE, META_FILE = "backend_collectives.csv", "backend_epochs.csv", "backend_bench.json"
+NETS = ("loopback", "veth:rate=1gbit")
+OUTPUTS = (COLL_FILE, ROUND_FILE, EPOCH_FILE, META_FILE)
+ROUND_PATTERNS = ("ring:0", "ring:1", "oneshot")
 
 
 def _order(rep: int) -> tuple[str, str]:
     return BACKENDS if rep % 2 == 0 else BACKENDS[::-1]
 
 
-def _init(rank: int, world: int, port: int):
-    """Join gloo (default group) and ccl (a group over all ranks); returns {name: group}."""
+def _collectives_child(reps: int, out: str) -> None:
+    """One rank (env:// variables set by the parent): every op, size and backend, ``reps`` times; rank 0 writes
+    the rows to ``out``."""
+    import torch
     import torch.distributed as dist
 
     from sarlab.core.comm import prepare_backend
 
-    prepare_backend("ccl")
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=120))
-    return {"gloo": dist.group.WORLD, "ccl": dist.new_group(backend="ccl")}
-
-
-def _collectives(rank: int, world: int, port: int, reps: int, out: str) -> None:
-    import torch
-    import torch.distributed as dist
-
     torch.set_num_threads(1)
-    groups = _init(rank, world, port)
-    rows = []
+    prepare_backend("ccl")
+    dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=300))
+    groups = {"gloo": dist.group.WORLD, "ccl": dist.new_group(backend="ccl")}
 
     def timed(op: str, backend: str, nbytes: int) -> float:
         group, n = groups[backend], nbytes // 4
@@ -76,6 +74,7 @@ def _collectives(rank: int, world: int, port: int, reps: int, out: str) -> None:
         dist.barrier(group=group)
         return (time.perf_counter() - t0) / iters
 
+    rows = []
     for rep in range(reps):
         for op in ("all_reduce", "all_to_all_single"):
             for nbytes in SIZES:
@@ -83,80 +82,74 @@ def _collectives(rank: int, world: int, port: int, reps: int, out: str) -> None:
                     s = timed(op, backend, nbytes)
                     rows.append({"op": op, "bytes": nbytes, "backend": backend, "rep": rep, "seconds": s,
                                  "GBps": nbytes / s / 1e9})
-    if rank == 0:
-        _write_csv(os.path.join(out, COLL_FILE), rows)
+    if dist.get_rank() == 0:
+        _write_csv(out, rows)
     dist.destroy_process_group(groups["ccl"])
     dist.destroy_process_group()
 
 
-def _epochs(rank: int, world: int, port: int, reps: int, out: str, pdir: str, modes: list[str], epochs: int,
-            model: str) -> None:
-    import torch
-    import torch.distributed as dist
-
-    from sarlab.core import memory
-    from sarlab.core.comm import Comm
-    from sarlab.core.config import EngineConfig
-    from sarlab.core.shards import ShardedGraph
-    from sarlab.core.train import TrainConfig, Trainer
-    from sarlab.data.partition import load_manifest, load_part
-    from sarlab.nn.model import ModelConfig
-
-    cores = len(os.sched_getaffinity(0))
-    torch.set_num_threads(max(1, cores // world))  # as a worker of `sarlab train` does
-    groups = _init(rank, world, port)
-    part = load_part(pdir, rank, load_manifest(pdir), verify=False)
-    rows = []
-    for rep in range(reps):
-        for mode in modes:
-            for backend in _order(rep):
-                comm = Comm(rank, world, groups[backend])
-                graph = ShardedGraph.from_partition(part, comm, EngineConfig(mode=mode))
-                trainer = Trainer(graph, part, ModelConfig(model=model), TrainConfig(epochs=epochs, eval_every=0))
-                comm.barrier()
-                times = [trainer.step(e, memory.baseline_bytes())["epoch_time_s"] for e in range(epochs)]
-                rows.append({"model": model, "mode": mode, "workers": world, "backend": backend, "rep": rep,
-                             "epoch_time_s": statistics.median(times[1:]), "epochs": epochs - 1})
-                del trainer, graph
-    if rank == 0:
-        _write_csv(os.path.join(out, f".epochs{world}.csv"), rows)
-    dist.destroy_process_group(groups["ccl"])
-    dist.destroy_process_group()
-
-
-def _write_csv(path: str, rows: list[dict]) -> None:
-    with open(path, "w", newline="") as f:
+def _write_csv(path: str, rows: list[dict], mode: str = "w") -> None:
+    new = mode == "w" or not os.path.exists(path)
+    with open(path, mode, newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
+        if new:
+            w.writeheader()
         w.writerows(rows)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _read_csv(path: str) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
 
 
-def _spawn(world: int, child_args: list[str], timeout_s: float) -> None:
-    """Run this module as ``world`` child ranks; kill them all and raise with their output on failure/timeout."""
-    port = _free_port()
-    procs = [subprocess.Popen([sys.executable, "-m", __spec__.name, "--child", *child_args, "--rank", str(r),
-                               "--world", str(world), "--port", str(port)], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, start_new_session=True) for r in range(world)]
-    deadline, outputs = time.monotonic() + timeout_s, []
+def collectives(net: str, reps: int, timeout_s: float) -> list[dict]:
+    """The collectives phase on ``net``: 2 ranks (one per emulated host); returns the rows."""
+    import tempfile
+
+    from sarlab.executor.launch import netns
+    from sarlab.executor.launch.launcher import worker_env
+    from sarlab.executor.launch.netspec import NetSpec
+    from sarlab.simulator.calibration.ranks import run_ranks
+
+    spec = NetSpec.parse(net)
+    network = netns.EmulatedNetwork(NetSpec(spec.kind, spec.rate_bps, 2), 2) if spec.emulated else None
+    host = network.address(0) if network else "127.0.0.1"
+    port = netns.MASTER_PORT if network else 29000 + os.getpid() % 1000
+    fd, out = tempfile.mkstemp(prefix="sarlab-backend-bench-", suffix=".csv")
+    os.close(fd)
+
+    def env(rank: int) -> dict[str, str]:
+        return {**worker_env(rank, 2, host, port), **(network.env(rank) if network else {})}
+
+    def command(rank: int) -> list[str]:
+        return [*(network.command(rank) if network else []), sys.executable, "-m", __spec__.name, "--child",
+                "--reps", str(reps), "--out", out]
+
     try:
-        for p in procs:
-            try:
-                outputs.append(p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0])
-            except subprocess.TimeoutExpired:
-                raise RuntimeError(f"backend_bench: ranks still running after {timeout_s:.0f} s; killed") from None
+        if network is not None:
+            network.create()
+        run_ranks(2, command, env, "backend_bench collectives", timeout_s)
+        rows = _read_csv(out)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-    if any(p.returncode for p in procs):
-        raise RuntimeError("backend_bench: a rank failed:\n" + "\n".join(o[-3000:] for o in outputs))
+        if network is not None:
+            network.destroy()
+        os.remove(out)
+    return [{"net": net, **r} for r in rows]
+
+
+def rounds(net: str, reps: int, world: int, nbytes: int, timeout_s: float) -> list[dict]:
+    """The rounds phase on ``net``: roundbench per backend, alternating per repeat; one row per pass."""
+    from sarlab.executor.calibration import roundbench
+
+    rows = []
+    for rep in range(reps):
+        for backend in _order(rep):
+            raw = roundbench.measure(net, world, list(ROUND_PATTERNS), nbytes, 1, 0.0, timeout_s=timeout_s,
+                                     backend=backend)
+            for pattern, row in roundbench.summarize(raw["samples"], world, nbytes, 0.0).items():
+                rows.append({"net": net, "pattern": pattern, "workers": world, "bytes": nbytes, "backend": backend,
+                             "rep": rep, "pass_s": row["pass_s"], "round_s": row["round_s"]})
+    return rows
 
 
 def _loadavg() -> str:
@@ -164,82 +157,107 @@ def _loadavg() -> str:
         return f.read().strip()
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sarlab.executor.bench.backend_bench",
-                                description=__doc__.split("\n")[0])
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help="output directory (created; existing result files are not replaced)")
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--graph", default="synthetic:nodes=20000,degree=10,features=64,classes=8,seed=0")
-    p.add_argument("--workers", default="2,4", help="comma list of worker counts for the epoch times")
+    p.add_argument("--nets", default=",".join(NETS), help="semicolon-free comma list of networks: loopback, "
+                   "veth:rate=R (default %(default)s)")
+    p.add_argument("--reps", type=int, default=3, help="repeats of the collectives and rounds (default 3)")
+    p.add_argument("--graph", default="synthetic:nodes=20000,degree=10,features=64,classes=8,seed=0",
+                   help="graph of the epochs (default %(default)s)")
+    p.add_argument("--workers", default="2,4,8", help="worker counts of the epochs (default %(default)s)")
+    p.add_argument("--models", default="gcn,sage,gat")
+    p.add_argument("--hidden", type=int, default=64, help="hidden size of the epochs' models (default 64, as train)")
+    p.add_argument("--layers", type=int, default=2, help="layers of the epochs' models (default 2, as train)")
     p.add_argument("--modes", default="sar,oneshot")
-    p.add_argument("--model", default="gcn")
-    p.add_argument("--epochs", type=int, default=4, help="epochs per measurement (the first is warm-up)")
-    p.add_argument("--skip", choices=["collectives", "epochs"], action="append", default=[])
-    p.add_argument("--timeout", type=float, default=900, help="seconds per group of child ranks")
-    p.add_argument("--child", choices=["collectives", "epochs"], help=argparse.SUPPRESS)
-    p.add_argument("--rank", type=int, help=argparse.SUPPRESS)
-    p.add_argument("--world", type=int, help=argparse.SUPPRESS)
-    p.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    p.add_argument("--pdir", help=argparse.SUPPRESS)
+    p.add_argument("--epochs", type=int, default=6, help="epochs per run (the first is warm-up; default 6)")
+    p.add_argument("--round-workers", type=int, default=4, help="ranks of the rounds phase (default 4)")
+    p.add_argument("--round-bytes", type=int, default=1_000_000, help="message bytes of the rounds (default 1 MB)")
+    p.add_argument("--skip", choices=["collectives", "rounds", "epochs"], action="append", default=[])
+    p.add_argument("--timeout", type=float, default=900, help="seconds per group of ranks (default 900)")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def _nets(text: str) -> list[str]:
+    """``loopback,veth:rate=1gbit,hosts=2`` -> the specs (a ``key=value`` item belongs to the spec before it)."""
+    nets: list[str] = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        if nets and "=" in item and ":" not in item:
+            nets[-1] += "," + item
+        else:
+            nets.append(item)
+    return nets
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     a = p.parse_args(argv)
-    if a.child == "collectives":
-        _collectives(a.rank, a.world, a.port, a.reps, a.out)
-        return 0
-    if a.child == "epochs":
-        _epochs(a.rank, a.world, a.port, a.reps, a.out, a.pdir, a.modes.split(","), a.epochs, a.model)
+    if a.child:
+        _collectives_child(a.reps, a.out)
         return 0
     if not a.out:
         p.error("--out DIR is required")
-    from sarlab.kernels import ccl
+    from sarlab.core.comm import check_backend
+    from sarlab.executor.launch.netspec import NetSpec
 
-    ok, why = ccl.available()
-    if not ok:
-        print(f"error: ccl backend unavailable: {why}", file=sys.stderr)
+    nets = _nets(a.nets)
+    try:
+        for net in nets:
+            NetSpec.parse(net)
+        check_backend("ccl")  # built once here, not in every rank; one line naming what is missing
+    except (ValueError, RuntimeError) as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
     os.makedirs(a.out, exist_ok=True)
-    for name in (COLL_FILE, EPOCH_FILE, META_FILE):
-        if os.path.exists(os.path.join(a.out, name)):
-            print(f"error: {os.path.join(a.out, name)} exists; choose another --out", file=sys.stderr)
-            return 2
-    ccl.load()  # build once here, not in every rank
+    taken = [n for n in OUTPUTS if os.path.exists(os.path.join(a.out, n))]
+    if taken:
+        print(f"error: {', '.join(taken)} exist in {a.out}; choose another --out", file=sys.stderr)
+        return 2
     import torch
 
     from sarlab.core.machine import cpu_model
+    from sarlab.kernels import ccl
 
     meta = {"command": " ".join([p.prog, *(argv if argv is not None else sys.argv[1:])]),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "cpu": cpu_model(), "cores": len(os.sched_getaffinity(0)), "torch": torch.__version__,
-            "ccl_env": {k: os.environ.get(k, v) for k, v in ccl.ENV_DEFAULTS.items()},
-            "loadavg_before": _loadavg()}
-    common = ["--out", a.out, "--reps", str(a.reps)]
-    if "collectives" not in a.skip:
-        print(f"collectives, 2 ranks (load {_loadavg()})", flush=True)
-        _spawn(2, ["collectives", *common], a.timeout)
-    if "epochs" not in a.skip:
-        from sarlab.data.graphs import load_graph
-        from sarlab.data.partition import partition
+            "oneccl": ccl.load().library_version(),
+            "ccl_env": {k: os.environ.get(k, v) for k, v in ccl.ENV_DEFAULTS.items()}, "load": []}
+    t0 = time.perf_counter()
 
-        graph = load_graph(a.graph)
-        tmp = tempfile.mkdtemp(prefix="sarlab-backend-bench-")
-        rows = []
-        try:
-            for world in [int(w) for w in a.workers.split(",")]:
-                pdir = os.path.join(tmp, f"p{world}")
-                partition(graph, world, pdir)
-                print(f"epochs, {world} ranks (load {_loadavg()})", flush=True)
-                _spawn(world, ["epochs", *common, "--pdir", pdir, "--modes", a.modes, "--epochs", str(a.epochs),
-                               "--model", a.model], a.timeout)
-                part_csv = os.path.join(a.out, f".epochs{world}.csv")
-                with open(part_csv) as f:
-                    rows += list(csv.DictReader(f))
-                os.remove(part_csv)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        _write_csv(os.path.join(a.out, EPOCH_FILE), rows)
-    meta["loadavg_after"] = _loadavg()
+    def phase(name: str, net: str) -> None:
+        meta["load"].append({"phase": name, "net": net, "at_s": round(time.perf_counter() - t0), "loadavg": _loadavg()})
+        print(f"[{time.perf_counter() - t0:6.0f}s] {name} on {net} (load {_loadavg()})", flush=True)
+
+    for net in nets:
+        if "collectives" not in a.skip:
+            phase("collectives", net)
+            _write_csv(os.path.join(a.out, COLL_FILE), collectives(net, a.reps, a.timeout), "a")
+        if "rounds" not in a.skip:
+            phase("rounds", net)
+            _write_csv(os.path.join(a.out, ROUND_FILE),
+                       rounds(net, a.reps, a.round_workers, a.round_bytes, a.timeout), "a")
+    if "epochs" not in a.skip:
+        import pandas as pd
+
+        from sarlab.executor.bench.bench import EngineBenchConfig, run_engine_bench
+
+        parts = []
+        for net in nets:
+            phase("epochs", net)
+            cfg = EngineBenchConfig(graph=a.graph, workers=tuple(int(w) for w in a.workers.split(",")),
+                                    models=tuple(a.models.split(",")), modes=tuple(a.modes.split(",")),
+                                    epochs=a.epochs, net=net, backends=BACKENDS, timeout_s=120.0,
+                                    hidden=a.hidden, layers=a.layers)
+            parts.append(run_engine_bench(cfg, log=lambda line: print(line, flush=True)))
+            pd.concat(parts, ignore_index=True).to_csv(os.path.join(a.out, EPOCH_FILE), index=False)
+    phase("done", "-")
     with open(os.path.join(a.out, META_FILE), "w") as f:
         json.dump(meta, f, indent=1)
-    print(f"wrote {a.out}: load before {meta['loadavg_before']}, after {meta['loadavg_after']}")
+    for path in write_report(a.out):
+        print(f"wrote {path}")
     return 0
 
 

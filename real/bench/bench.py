@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
+from sarlab.core.comm import check_backend
 from sarlab.core.config import MODES, EngineConfig
 from sarlab.core.machine import cpu_model, today, usable_cores
 from sarlab.core.records import summarize
@@ -42,7 +43,8 @@ class EngineBenchConfig:
     """What ``sarlab bench engine`` measures.
 
     Args:
-        nodes, degree, features, classes: the synthetic graph (seed 0).
+        nodes, degree, features, classes: the synthetic graph (seed 0); ``graph``, when set, is any graph spec
+            ``sarlab train`` takes (e.g. ``planetoid:cora``) and replaces the synthetic one.
         hidden, layers, heads, batchnorm: the model; ``models`` a tuple of ``gcn``, ``sage``, ``sage-max``, ``gat``.
         workers: worker counts N; ``epochs`` per configuration (epoch 0 is warm-up in the summaries).
         modes: ``sar``, ``sa``, ``oneshot``, each also as ``MODE+fused`` (:func:`parse_mode`): GAT with the fused
@@ -55,6 +57,9 @@ class EngineBenchConfig:
         cache: partition cache directory (one METIS partition per graph and N, reused across runs).
         probe: run the simulator's speed probe around every configuration (``probe_*`` columns).
         memory: the workers' peak-memory method, ``live`` or ``rss`` (see :mod:`sarlab.core.memory`).
+        backends: torch.distributed backends; with several, every configuration runs once per backend, back to
+            back, the order alternating from one configuration to the next (``gloo, ccl`` then ``ccl, gloo``), so
+            that both see the same machine; recorded in every record's ``backend`` column.
     """
 
     nodes: int = 500_000
@@ -75,6 +80,8 @@ class EngineBenchConfig:
     probe: bool = False
     net: str = "loopback"
     memory: str = "live"
+    graph: str = ""
+    backends: tuple[str, ...] = ("gloo",)
 
     @property
     def prefetches(self) -> tuple[int, ...]:
@@ -82,6 +89,8 @@ class EngineBenchConfig:
 
     @property
     def graph_spec(self) -> str:
+        if self.graph:
+            return self.graph
         return (f"synthetic:nodes={self.nodes},degree={self.degree},features={self.features},"
                 f"classes={self.classes},seed=0")
 
@@ -89,7 +98,7 @@ class EngineBenchConfig:
 QUICK = EngineBenchConfig(nodes=4000, degree=10, features=16, classes=4, hidden=32, layers=2, workers=(1, 2),
                           epochs=2)
 SIZE_FIELDS = ("nodes", "degree", "features", "classes", "hidden", "layers", "epochs")
-VARYING_KEYS = ("prefetch", "net")  # summary keys only where a set of records holds several values
+VARYING_KEYS = ("prefetch", "net", "backend")  # summary keys only where a set of records holds several values
 #: (numerator, denominator) modes of the ratio table, where a run has both
 RATIO_PAIRS = (("oneshot", "sar"), ("sa", "sar"), ("oneshot", "sar+fused"), ("oneshot+fused", "sar+fused"),
                ("oneshot", "oneshot+fused"))
@@ -110,8 +119,8 @@ def parse_mode(spec: str) -> tuple[str, bool]:
 
 
 def ratios(summary: pd.DataFrame) -> pd.DataFrame:
-    """Side-by-side ratios per (model, workers[, prefetch, net]): memory of each :data:`RATIO_PAIRS` numerator over
-    its denominator (oneshot and sa over sar, oneshot and oneshot+fused over sar+fused, oneshot over
+    """Side-by-side ratios per (model, workers[, prefetch, net, backend]): memory of each :data:`RATIO_PAIRS`
+    numerator over its denominator (oneshot and sa over sar, oneshot and oneshot+fused over sar+fused, oneshot over
     oneshot+fused), and the inverse ratios of epoch time; pairs a run lacks are left out."""
     rows = []
     keys = ["label", "model", "workers"] + [k for k in VARYING_KEYS if k in summary.columns]
@@ -129,8 +138,8 @@ def ratios(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def summary_table(records: pd.DataFrame, warmup: int = 1) -> pd.DataFrame:
-    """One row per (label, model, mode, N) in the columns the benchmark has always written; ``prefetch`` and
-    ``net`` join the keys when the records hold more than one value of them."""
+    """One row per (label, model, mode, N) in the columns the benchmark has always written; ``prefetch``, ``net``
+    and ``backend`` join the keys when the records hold more than one value of them."""
     varying = [k for k in VARYING_KEYS if k in records.columns and records[k].nunique() > 1]
     keys = ["label", "model", "mode", "workers", *varying]
     table = summarize(records, keys=keys, warmup=warmup)
@@ -220,6 +229,7 @@ def run_engine_bench(cfg: EngineBenchConfig, log: Callable[[str], None] = print,
     if prober is not None:
         prober.run(t_start)
     records: list[dict] = []
+    turn = 0  # configurations run so far: the backends' order alternates with it
     for n in cfg.workers:
         pdir = cached_partition(cfg, n, log)
         if manifests:
@@ -230,14 +240,19 @@ def run_engine_bench(cfg: EngineBenchConfig, log: Callable[[str], None] = print,
                 if parse_mode(mode_spec)[1] and model_spec.partition("-")[0] != "gat":
                     continue
                 for prefetch in cfg.prefetches if n > 1 else cfg.prefetches[:1]:  # one worker fetches nothing
-                    records += _run_one(cfg, pdir, n, model_spec, mode_spec, prefetch, machine, prober, t_start, log)
+                    order = cfg.backends if turn % 2 == 0 else cfg.backends[::-1]
+                    turn += 1
+                    for backend in order:
+                        records += _run_one(cfg, pdir, n, model_spec, mode_spec, prefetch, machine, prober, t_start,
+                                            log, backend)
                     if progress_csv:
                         pd.DataFrame(records).to_csv(progress_csv, index=False)
     return pd.DataFrame(records)
 
 
 def _run_one(cfg: EngineBenchConfig, pdir: str, n: int, model_spec: str, mode_spec: str, prefetch: int,
-             machine: str, prober: _Prober | None, t_start: float, log: Callable[[str], None]) -> list[dict]:
+             machine: str, prober: _Prober | None, t_start: float, log: Callable[[str], None],
+             backend: str = "gloo") -> list[dict]:
     """One configuration: launch it and return its records (mode spelled as asked, machine, probes)."""
     model, _, aggr = model_spec.partition("-")
     mode, fused = parse_mode(mode_spec)
@@ -245,7 +260,7 @@ def _run_one(cfg: EngineBenchConfig, pdir: str, n: int, model_spec: str, mode_sp
                        heads=cfg.heads, batchnorm=cfg.batchnorm)
     ecfg = EngineConfig(mode=mode, prefetch=prefetch, fused=fused if model == "gat" else True)
     job = Job("train", pdir, mcfg, TrainConfig(epochs=cfg.epochs, eval_every=0), ecfg,
-              timeout_s=cfg.timeout_s, quiet=True, label=model_spec, memory=cfg.memory)
+              timeout_s=cfg.timeout_s, quiet=True, label=model_spec, memory=cfg.memory, backend=backend)
     t0 = time.perf_counter()
     recs = launch(job, n, net=cfg.net, log=log)
     for r in recs:
@@ -256,6 +271,7 @@ def _run_one(cfg: EngineBenchConfig, pdir: str, n: int, model_spec: str, mode_sp
     last = pd.DataFrame(recs)
     last = last[last.epoch == last.epoch.max()]
     shown = f" prefetch {prefetch}" if len(cfg.prefetches) > 1 else ""
+    shown += f" {backend}" if len(cfg.backends) > 1 else ""
     log(f"[{time.perf_counter() - t_start:6.0f}s] N={n} {model_spec:<9} {mode_spec:<10}{shown} epoch "
         f"{last.epoch_time_s.max():7.2f}s peak/worker above baseline "
         f"{(last.peak_mem_bytes - last.baseline_mem_bytes).max() / 2**20:8.1f} MiB "
@@ -274,7 +290,7 @@ def write_outputs(records: pd.DataFrame, cfg: EngineBenchConfig, out: str, prefi
     rat.to_csv(os.path.join(out, f"{prefix}_ratios.csv"), index=False)
     network = "loopback" if cfg.net == "loopback" else f"an emulated network ({cfg.net})"
     title = (f"measured on {cpu_model()} ({usable_cores()} cores), {today()}: {cfg.graph_spec}, "
-             f"{cfg.layers} layers, hidden {cfg.hidden}, gloo on {network}")
+             f"{cfg.layers} layers, hidden {cfg.hidden}, {' and '.join(cfg.backends)} on {network}")
     plot_engine_bench(summary, os.path.join(out, f"{prefix}.png"), title)
     write_markdown(summary, rat, os.path.join(out, f"{prefix}.md"), title, command)
     return summary, rat
@@ -291,6 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
         value = getattr(full, key)
         p.add_argument(f"--{key}", type=type(value), default=None,
                        help=f"default {value} (quick: {getattr(QUICK, key)})")
+    p.add_argument("--graph", default="", help="any graph spec `sarlab train` takes (e.g. planetoid:cora) instead of "
+                   "the synthetic graph of --nodes/--degree/--features/--classes")
     p.add_argument("--workers", default=None, help="comma list of N (default 1,2,4,8; quick: 1,2)")
     p.add_argument("--models", default="gcn,sage", help="comma list; gat, sage-max also accepted")
     p.add_argument("--modes", default="sar,sa,oneshot", help="comma list of sar, sa, oneshot; each also as MODE+fused "
@@ -300,6 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefetch", default="1", help="ring rounds fetched ahead; a comma list runs each (default 1)")
     add_net_arg(p)
     add_memory_arg(p)
+    p.add_argument("--backend", default="gloo", help="comma list of torch.distributed backends (gloo, ccl): each "
+                   "configuration runs once per backend, alternating their order (default %(default)s)")
     p.add_argument("--out", default=DEFAULT_OUT, help="output directory (default %(default)s, not committed; "
                    "pass --out results to update the committed results)")
     p.add_argument("--prefix", default="engine_scaling", help="output file prefix (default %(default)s)")
@@ -325,9 +345,15 @@ def config_from_args(a: argparse.Namespace) -> EngineBenchConfig:
         parse_mode(mode)  # every mode is known before the first configuration runs
     for n in workers:
         a.net.hosts_for(n)  # every N fits the network spec, before the first configuration runs
+    backends = tuple(dict.fromkeys(b.strip() for b in a.backend.split(",") if b.strip()))
+    for backend in backends:  # one line naming what is missing, before the first configuration runs
+        try:
+            check_backend(backend)
+        except (ValueError, RuntimeError) as err:
+            raise InputError(str(err)) from err
     cfg = replace(base, **sizes, workers=workers, models=tuple(a.models.split(",")), modes=modes,
                   heads=a.heads, batchnorm=a.batchnorm, prefetch=prefetch, timeout_s=a.timeout, cache=a.cache,
-                  probe=a.probe, net=str(a.net), memory=a.memory)
+                  probe=a.probe, net=str(a.net), memory=a.memory, graph=a.graph, backends=backends)
     return cfg
 
 

@@ -17,6 +17,10 @@ The steps, in order (each a :func:`sarlab.simulator.calibration.harness.quiet_st
 5. real single-worker engine epochs for the compute scale
    (:func:`sarlab.simulator.calibration.engine_runs.bench_engine`).
 
+:func:`calibrate_backend` runs step 4's link and message benchmarks alone over another backend (``ccl``) and returns
+them as that backend's overlay (:mod:`sarlab.simulator.hardware.backends`), which ``sarlab calibrate --backend``
+adds to an existing profile.
+
 A calibration whose thread efficiencies are implausible for the core count
 (:func:`sarlab.simulator.hardware.plausibility.implausible_thread_effs`) is flagged loudly: in the log, in the profile's
 notes and in ``meta["implausible"]``; ``sarlab calibrate`` then refuses to write it where it was asked to. A compute
@@ -31,6 +35,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import torch
 
@@ -47,13 +52,15 @@ from sarlab.simulator.calibration.hostbench import (
     bench_messages,
     bench_network,
     bench_share,
+    message_worlds,
 )
 from sarlab.simulator.calibration.opbench import bench_elementwise, bench_gemm, bench_max, bench_spmm
+from sarlab.simulator.hardware.backends import BASE_BACKEND
 from sarlab.simulator.hardware.plausibility import implausible_compute_scale, implausible_thread_effs
 from sarlab.simulator.hardware.profile import Link, OpCost, Profile
 from sarlab.simulator.system.spread import fit_sigma
 
-__all__ = ["Calibration", "calibrate"]
+__all__ = ["Calibration", "calibrate", "calibrate_backend"]
 
 #: engine SpMM calls per progressbench round (~30 ms of one rank's work on the 2-core EPYC VM)
 SPREAD_CALLS = 3
@@ -130,14 +137,14 @@ def _measure_memory(cal: Calibration, found: Findings) -> tuple[float, dict[str,
     return factor, first_use, transients
 
 
-def _measure_network(cal: Calibration, found: Findings) -> tuple[Link, float, float]:
-    """Step 4: the loopback link, the CPU time of posting an exchange and of moving a byte."""
+def _measure_network(cal: Calibration, found: Findings, backend: str = "gloo") -> tuple[Link, float, float]:
+    """Step 4: the loopback link, the CPU time of posting an exchange and of moving a byte (over ``backend``)."""
     if not cal.network:
         found.notes.append("network not measured (disabled); 50 us / 1 GB/s assumed")
         return ASSUMED_LINK, 0.0, 0.0
     try:
-        link, call_s, cpu_per_byte = quiet_step(cal, found, "network", lambda: bench_network(cal, found))
-    except Exception as err:  # noqa: BLE001 - keep the compute calibration if gloo fails
+        link, call_s, cpu_per_byte = quiet_step(cal, found, "network", lambda: bench_network(cal, found, backend))
+    except Exception as err:  # noqa: BLE001 - keep the compute calibration if the backend fails
         found.notes.append(f"network not measured ({type(err).__name__}: {err}); 50 us / 1 GB/s assumed")
         return ASSUMED_LINK, 0.0, 0.0
     cal.log(
@@ -148,14 +155,14 @@ def _measure_network(cal: Calibration, found: Findings) -> tuple[Link, float, fl
     return link, call_s, cpu_per_byte
 
 
-def _measure_messages(cal: Calibration, found: Findings) -> dict[str, float]:
-    """Step 4b: software costs of gloo exchanges on 2-8 local ranks
-    (:func:`sarlab.simulator.calibration.hostbench.bench_messages`): per call, per op posted and waited, gloo's
-    background CPU per op. Empty when gloo fails or is disabled."""
+def _measure_messages(cal: Calibration, found: Findings, backend: str = "gloo") -> dict[str, float]:
+    """Step 4b: software costs of ``backend`` exchanges on 2-8 local ranks
+    (:func:`sarlab.simulator.calibration.hostbench.bench_messages`): per call, per op posted and waited, the
+    backend's background CPU per op. Empty when the backend fails or the network step is disabled."""
     if not cal.network:
         return {}
     try:
-        fit = bench_messages(cal, found)
+        fit = bench_messages(cal, found, backend=backend)
     except Exception as err:  # noqa: BLE001 - keep the rest of the calibration if gloo fails
         found.notes.append(f"message costs not measured ({type(err).__name__}: {err}); the exchange call alone")
         return {}
@@ -163,7 +170,8 @@ def _measure_messages(cal: Calibration, found: Findings) -> dict[str, float]:
             f"{fit['p2p_wait_s'] * 1e6:.1f} us per op waited, "
             f"{fit['p2p_msg_cpu_s'] * 1e6:.1f} us background CPU per op")
     found.notes.append("message costs (p2p_call_s, p2p_op_s, p2p_wait_s, p2p_msg_cpu_s): main-thread CPU time of "
-                       "posting and waiting gloo ops on 2, 4 and 8 local ranks, 256-byte messages (commbench)")
+                       f"posting and waiting {backend} ops on {', '.join(map(str, message_worlds(cal)))} local ranks, "
+                       "256-byte messages (commbench)")
     return {k: v for k, v in fit.items() if k.startswith("p2p_")}
 
 
@@ -211,6 +219,45 @@ def _fit_engine(cal: Calibration, found: Findings, profile: Profile) -> Profile:
     cal.log(f"    compute_scale {scale:.3f}")
     return replace(profile, compute_scale=scale, compute_scale_curve=curve, compute_scale_key=cal.scale_key,
                    notes=(*profile.notes, note))  # fmt: skip
+
+
+def _loadavg() -> str:
+    """``/proc/loadavg``'s first three fields ('' where there is none)."""
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return ""
+
+
+def calibrate_backend(cal: Calibration, backend: str, command: str = "") -> dict[str, Any]:
+    """Measure this machine's links and message software costs over ``backend`` (step 4 alone: netbench, then
+    commbench on 2, 4 and 8 ranks) and return them as that backend's overlay
+    (:mod:`sarlab.simulator.hardware.backends`): the fields of
+    :data:`~sarlab.simulator.hardware.backends.COMM_FIELDS` it measured, ``notes`` and ``meta`` (date, machine,
+    command, load before and after, raw timings). Raises RuntimeError when the backend cannot be measured."""
+    if backend == BASE_BACKEND:
+        raise ValueError(f"{BASE_BACKEND} is the profile's own communication; `sarlab calibrate` measures it")
+    found = Findings()
+    start, load_before = time.perf_counter(), _loadavg()
+    cal.log(f"[calibrate --backend {backend} 1/2] point-to-point (2 local processes) ...")
+    link, _, cpu_per_byte = _measure_network(replace(cal, network=True), found, backend)
+    if link is ASSUMED_LINK:
+        raise RuntimeError(f"{backend} point-to-point could not be measured: {found.notes[-1]}")
+    worlds = ", ".join(map(str, message_worlds(cal)))
+    cal.log(f"[calibrate --backend {backend} 2/2] message costs on {worlds} local ranks ...")
+    messages = _measure_messages(replace(cal, network=True), found, backend)
+    if not messages:
+        raise RuntimeError(f"{backend} message costs could not be measured: {found.notes[-1]}")
+    overlay: dict[str, Any] = {"intra_host": link, "inter_host": link, "p2p_cpu_s_per_byte": cpu_per_byte,
+                               **messages}
+    overlay["notes"] = (f"links and message costs measured over {backend} on 127.0.0.1 (netbench, commbench); "
+                        "inter_host = intra_host", *found.notes)
+    overlay["meta"] = {"backend": backend, "machine": cpu_model(), "date": today(), "torch": torch.__version__,
+                       "command": command, "loadavg_before": load_before, "loadavg_after": _loadavg(),
+                       "cores": usable_cores(), "quick": cal.quick,
+                       "seconds": round(time.perf_counter() - start, 2), "raw": jsonable(found.raw)}
+    return overlay
 
 
 def calibrate(cal: Calibration | None = None, name: str = "local") -> Profile:

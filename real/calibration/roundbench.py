@@ -1,4 +1,4 @@
-"""Gloo ring rounds and all-to-alls on an emulated network, timed per round (``python -m
+"""Ring rounds and all-to-alls (gloo or ccl, `--backend`) on an emulated network, timed per round (``python -m
 sarlab.executor.calibration.roundbench``).
 
 A probe of the network side of an epoch with no model in it: ``N`` ranks, one per emulated host
@@ -91,15 +91,19 @@ def spin(seconds: float) -> None:
             x += 1
 
 
-def _child(patterns: list[str], nbytes: int, repeats: int, spin_s: float, rounds: int, out: str) -> None:
+def _child(patterns: list[str], nbytes: int, repeats: int, spin_s: float, rounds: int, out: str,
+           backend: str = "gloo") -> None:
     """One rank: every pattern ``repeats + 1`` times (the first warms the connections and is not kept); a pass
     has ``rounds`` rounds (0: ``N - 1``), round ``k`` with the peers at distance ``1 + k mod (N - 1)``. After every
     pass (outside its timing) each received buffer is checked to hold its sender's rank."""
     import torch
     import torch.distributed as dist
 
+    from sarlab.core.comm import prepare_backend
+
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=300))
+    prepare_backend(backend)
+    dist.init_process_group(backend, init_method="env://", timeout=datetime.timedelta(seconds=300))
     rank, N = dist.get_rank(), dist.get_world_size()
     n, K = max(1, nbytes // 4), rounds or N - 1
     M = max(K, N - 1)
@@ -230,7 +234,7 @@ def qdisc_drops(network) -> dict[str, int]:
 
 
 def measure(net: str, world: int, patterns: list[str], nbytes: int, repeats: int, spin_s: float, rounds: int = 0,
-            timeout_s: float = 300.0) -> dict:
+            timeout_s: float = 300.0, backend: str = "gloo") -> dict:
     """Start ``world`` ranks on ``net`` (``loopback`` or ``veth:rate=R``, one host per rank), run the patterns,
     return the samples and the qdiscs' drops."""
     from sarlab.executor.launch import netns
@@ -256,7 +260,7 @@ def measure(net: str, world: int, patterns: list[str], nbytes: int, repeats: int
         return [*prefix, sys.executable, "-m", "sarlab.executor.calibration.roundbench", "--child", "--patterns",
                 ",".join(patterns),
                 "--bytes", str(nbytes), "--repeats", str(repeats), "--spin-ms", str(spin_s * 1e3),
-                "--rounds", str(rounds), "--samples", out]
+                "--rounds", str(rounds), "--samples", out, "--backend", backend]
 
     try:
         if network is not None:
@@ -354,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
                         "a shipped profile's name or a JSON path; default: sarlab simulate's)")
     parser.add_argument("--predict", action="store_true", help="print the model's table only (no ranks, no root)")
     parser.add_argument("--out", help="write the result (or, with --link-in, the link profile with it) as JSON here")
+    parser.add_argument("--backend", default="gloo", choices=["gloo", "ccl"],
+                        help="torch.distributed backend of the ranks (default gloo)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--samples", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -362,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         if not PATTERN.fullmatch(p):
             parser.error(f"pattern {p!r}: write ring:D, oneshot, global or global-a2a")
     if args.child:
-        _child(patterns, args.bytes, args.repeats, args.spin_ms / 1e3, args.rounds, args.samples)
+        _child(patterns, args.bytes, args.repeats, args.spin_ms / 1e3, args.rounds, args.samples, args.backend)
         return 0
     if args.world < 2:
         parser.error("--world must be at least 2")
@@ -388,13 +394,18 @@ def main(argv: list[str] | None = None) -> int:
                                                   "rounds": args.rounds, "spin_ms": args.spin_ms,
                                                   "profile": source, "model": model}, indent=1))
         return 0
+    from sarlab.core.comm import check_backend
+
+    check_backend(args.backend)  # ccl: built here once, not in every rank
     load = os.getloadavg()[0]
-    raw = measure(args.net, args.world, patterns, args.bytes, args.repeats, args.spin_ms / 1e3, args.rounds)
+    raw = measure(args.net, args.world, patterns, args.bytes, args.repeats, args.spin_ms / 1e3, args.rounds,
+                  backend=args.backend)
     table = summarize(raw["samples"], args.world, args.bytes, bandwidth, args.rounds)
     for pattern, row in table.items():
         ratio = f"{row['over_ideal']:.2f}x ideal {row['ideal_s']:.3f} s" if row["over_ideal"] else ""
         tcp = ", ".join(f"{k} {v:g}" for k, v in row["tcp_per_pass"].items())
-        print(f"{args.net} N={args.world} {args.bytes / 1e6:g} MB spin {args.spin_ms:g} ms {pattern:10}: pass "
+        print(f"{args.backend} {args.net} N={args.world} {args.bytes / 1e6:g} MB spin {args.spin_ms:g} ms "
+              f"{pattern:10}: pass "
               f"{row['pass_s']:.3f} s {ratio}; round wait median {row['median_wait_s'] * 1e3:.1f} ms, max "
               f"{row['max_wait_s'] * 1e3:.1f} ms; per pass: {tcp}", flush=True)
     print(f"qdisc drops (all patterns): {raw['qdisc_drops']}; 1-min load before {load:.2f}, after "
@@ -403,7 +414,8 @@ def main(argv: list[str] | None = None) -> int:
     eta = fit_shared_efficiency(table, args.world, args.bytes, bandwidth, args.rounds) if bandwidth else float("nan")
     print(f"shared_efficiency {eta:.3f} (the share of the bandwidth a message sharing a busy link end gets)",
           flush=True)
-    result = {"net": args.net, "world": args.world, "bytes": args.bytes, "rounds": args.rounds, "spin_ms": args.spin_ms,
+    result = {"net": args.net, "backend": args.backend, "world": args.world,
+              "bytes": args.bytes, "rounds": args.rounds, "spin_ms": args.spin_ms,
               "bandwidth_Bps": bandwidth, "load": load, "shared_efficiency": eta, "summary": table,
               "model": model, "profile": source, **raw}
     if args.link_in and eta != eta:

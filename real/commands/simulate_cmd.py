@@ -18,9 +18,10 @@ from typing import Any
 
 import pandas as pd
 
-from sarlab.executor.calibration.calibrate import Calibration, calibrate
+from sarlab.executor.calibration.calibrate import Calibration, calibrate, calibrate_backend
 from sarlab.paths import cache_dir
 from sarlab.simulator.api import MODEL_DEFAULTS  # ``sarlab train``'s model defaults, mirrored by the simulator
+from sarlab.simulator.hardware.backends import BASE_BACKEND, overlay_to_json
 from sarlab.simulator.hardware.profile import PRESETS, Profile, save_profile
 from sarlab.simulator.hardware.provenance import (
     LOCAL_PROFILE,
@@ -97,8 +98,52 @@ def calibrate_parser() -> argparse.ArgumentParser:
                    help="write the profile to --out even when its thread efficiencies are implausible for the "
                    "core count (it is flagged in its notes and meta either way)")
     p.add_argument("--name", default="local", help="profile name (default: %(default)s)")
+    p.add_argument("--backend", default=BASE_BACKEND, choices=("gloo", "ccl"),
+                   help="gloo (default): the whole calibration, its links and message costs over gloo; ccl: only the "
+                   "links and message costs, measured over oneCCL and added to the existing profile at --out as its "
+                   "backends.ccl overlay (nothing else in it changes; `sarlab simulate --backend ccl` prices with it)")
     p.add_argument("--json", metavar="PATH", help="also write a machine-readable summary here")
     return p
+
+
+def add_backend_overlay(path: Path, backend: str, overlay: dict[str, Any]) -> Path:
+    """Write ``overlay`` as ``backends[backend]`` of the profile JSON at ``path``, leaving every other key as it is
+    (the file is edited as JSON, so that keys this version does not read survive too)."""
+    data = json.loads(path.read_text())
+    data.setdefault("backends", {})[backend] = overlay_to_json(overlay)
+    Profile.from_json(json.loads(json.dumps(data)))  # it must still load
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def _calibrate_backend(args: argparse.Namespace, cal: Calibration, argv: list[str] | None) -> int:
+    """``sarlab calibrate --backend NAME``: the backend's links and message costs into the profile at ``--out``."""
+    out = Path(args.out)
+    if not out.exists():
+        print(f"error: {out} does not exist: `sarlab calibrate --backend {args.backend}` adds the {args.backend} "
+              f"overlay to a calibrated profile; run `sarlab calibrate --out {out}` first", file=sys.stderr)
+        return 2
+    try:
+        Profile.from_json(json.loads(out.read_text()))
+    except (ValueError, KeyError, TypeError) as err:
+        print(f"error: {out} is not a profile this version reads ({err})", file=sys.stderr)
+        return 2
+    command = "sarlab calibrate " + " ".join(sys.argv[1:] if argv is None else argv)
+    try:
+        overlay = calibrate_backend(cal, args.backend, command=command.strip())
+    except (RuntimeError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    add_backend_overlay(out, args.backend, overlay)
+    link = overlay["intra_host"]
+    _print(f"{args.backend}: alpha {link.alpha_s * 1e6:.1f} us (gap {link.gap_s * 1e6:.1f} us), bandwidth "
+           f"{link.bandwidth_Bps / 1e9:.2f} GB/s; exchange call {overlay['p2p_call_s'] * 1e6:.1f} us + "
+           f"{overlay['p2p_op_s'] * 1e6:.1f} us per op posted, {overlay['p2p_wait_s'] * 1e6:.1f} us per op waited, "
+           f"{overlay['p2p_msg_cpu_s'] * 1e6:.1f} us background CPU per op")
+    _print(f"wrote backends.{args.backend} into {out}")
+    if args.json:
+        _write_json(args.json, {"profile_path": str(out), "backend": args.backend, "overlay": overlay_to_json(overlay)})
+    return 0
 
 
 def calibrate_main(argv: list[str] | None = None) -> int:
@@ -116,6 +161,8 @@ def calibrate_main(argv: list[str] | None = None) -> int:
         quiet_tries=1 if args.quick else args.quiet_tries,
         log=_print,
     )
+    if args.backend != BASE_BACKEND:
+        return _calibrate_backend(args, cal, argv)
     profile = calibrate(cal, name=args.name)
     implausible = profile.meta.get("implausible", [])
     out = Path(args.out)
@@ -190,6 +237,10 @@ def simulate_parser() -> argparse.ArgumentParser:
     p.add_argument("--link", metavar="LINK_JSON", nargs="+", default=[],
                    help="link profiles (`sarlab netbench --out`) for --net veth:... and for validating records "
                    "measured on an emulated network (matched by rate)")
+    p.add_argument("--backend", default=None,
+                   help="torch.distributed backend of the runs: gloo (default; the profile's own links and message "
+                   "costs) or ccl (the profile's backends.ccl overlay, `sarlab calibrate --backend ccl`); --validate "
+                   "prices each record with the backend of its own `backend` column instead")
     p.add_argument("--network", default="reserve", choices=("reserve", "simpy"),
                    help="NIC channel implementation (default: %(default)s)")
     p.add_argument("--out", metavar="CSV", help="write the per-rank records (metric-record columns) here")
@@ -239,10 +290,20 @@ def simulate_main(argv: list[str] | None = None) -> int:
         for line in lp.assumed:
             _warn(f"link profile {lp.source}: {line}")
     if args.validate:  # the records' machine is the one to compare with (machine_mismatch)
+        if args.backend is not None:
+            print("error: --backend does not apply to --validate: each record is priced with the backend of its own "
+                  "`backend` column (gloo where it has none)", file=sys.stderr)
+            return 2
         return _validate(args, profile, links)
     for line in machine_warnings(profile):
         _warn(line)
+    backend = args.backend or BASE_BACKEND
     try:
+        if backend != BASE_BACKEND and backend in profile.backends:
+            meta = profile.backends[backend].get("meta", {})
+            _print(f"backend {backend}: the profile's {backend} links and message costs (measured on "
+                   f"{meta.get('date', 'an unknown date')}: {meta.get('command') or 'command not recorded'})")
+        profile = profile.for_backend(backend)
         models = [parse_model(label, base_model(args)) for label in split_list(args.models)]
         workers = [int(w) for w in split_list(args.workers)]
         others = [m for m in split_list(args.modes) if m in ("sampling", "stale")]
@@ -272,6 +333,7 @@ def simulate_main(argv: list[str] | None = None) -> int:
             progress=_print,
             net=args.net,
             links=links,
+            backend=backend,
         )
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -302,6 +364,7 @@ def simulate_main(argv: list[str] | None = None) -> int:
                 "profile": profile.name,
                 "profile_source": source,
                 "profile_machine": profile.meta.get("machine"),
+                "backend": backend,
                 "graph": args.graph,
                 "events": events,
                 "wall_s": wall,
@@ -348,6 +411,10 @@ def _validate(args: argparse.Namespace, profile: Profile, links: list) -> int:
             else ""
         )
     )
+    for name in sorted(k[len("configurations_"):] for k in errors if k.startswith("configurations_")):
+        _print(f"  {name}: time {errors[f'median_abs_time_error_{name}']:.1%}, memory "
+               f"{errors[f'median_abs_memory_error_{name}']:.1%} over {errors[f'configurations_{name}']} "
+               "configurations")
     _print(f"wrote {out}\nwrote {png}")
     if args.json:
         _write_json(

@@ -167,7 +167,7 @@ def worker_env(rank: int, world: int, host: str, port: int) -> dict[str, str]:
                MASTER_ADDR=host, MASTER_PORT=str(port), LOCAL_RANK=str(rank),
                SARLAB_LAUNCHER_PID=str(os.getpid()),
                PYTHONPATH=os.pathsep.join(filter(None, [_PACKAGE_ROOT, os.environ.get("PYTHONPATH")])))
-    for key in ("SARLAB_STORE_HOST_RANK0", "TORCHELASTIC_USE_AGENT_STORE", "GLOO_SOCKET_IFNAME"):
+    for key in ("SARLAB_STORE_HOST_RANK0", "TORCHELASTIC_USE_AGENT_STORE", *netns.IFACE_ENV):
         env.pop(key, None)
     return env
 

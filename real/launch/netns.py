@@ -38,6 +38,8 @@ from sarlab.executor.launch.netspec import NetSpec
 PREFIX = "sarlab"
 SUBNET = "10.213.0"  # host h is SUBNET.(h+1)/24; exists only inside the run's namespaces
 IFNAME = "eth0"
+# The variables naming the interface a backend binds to, each set to IFNAME on emulated hosts.
+IFACE_ENV = {"GLOO_SOCKET_IFNAME": IFNAME, "CCL_KVS_IFACE": IFNAME, "FI_TCP_IFACE": IFNAME}
 MASTER_PORT = 29500  # every host namespace is fresh: the port is free
 QUEUE_S = 0.02  # bulk queue: 20 ms at the link rate
 MIN_QUEUE_BYTES = 128 * 1024
@@ -263,8 +265,10 @@ class EmulatedNetwork:
         return ["ip", "netns", "exec", self.namespace(self.host_of(rank))]
 
     def env(self, rank: int) -> dict[str, str]:
-        """env:// variables for ``rank``, as torchrun would set them across hosts (rendezvous at host 0)."""
-        return {"MASTER_ADDR": self.address(0), "MASTER_PORT": str(MASTER_PORT), "GLOO_SOCKET_IFNAME": IFNAME,
+        """env:// variables for ``rank``, as torchrun would set them across hosts (rendezvous at host 0), and the
+        host's interface for every backend: gloo (``GLOO_SOCKET_IFNAME``), oneCCL's key-value store
+        (``CCL_KVS_IFACE``) and libfabric's tcp provider (``FI_TCP_IFACE``), so no backend picks loopback."""
+        return {"MASTER_ADDR": self.address(0), "MASTER_PORT": str(MASTER_PORT), **IFACE_ENV,
                 "LOCAL_RANK": str(rank % self.per_host), "GROUP_RANK": str(self.host_of(rank))}
 
     def hosts_down(self) -> list[int]:

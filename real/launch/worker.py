@@ -63,8 +63,21 @@ def _connect(job: Job, rank: int, world: int, host: str, port: int) -> None:
                               f"{job.timeout_s:g}s ({err.__class__.__name__}: {str(err).splitlines()[0]}). "
                               "Is the launcher (or rank 0) running, and are MASTER_ADDR/MASTER_PORT right?") \
             from err
+    store = _round_store(store)
     prepare_backend(job.backend)  # ccl: load and register the oneCCL backend (built by the launcher's check)
     dist.init_process_group(job.backend, store=store, rank=rank, world_size=world, timeout=timeout)
+
+
+def _round_store(store):
+    """The part of ``store`` this round of workers uses. torchrun's agent hosts one store for all its rounds
+    (``TORCHELASTIC_USE_AGENT_STORE=True``): after a restart (``--max-restarts``) the keys the previous round's
+    process group wrote are still there, and a rank that reads them before the new rank 0 overwrites them (gloo's
+    connectFullMesh reads each peer's address) connects to a dead process (``Connection refused`` or a connect
+    timeout). A prefix per round (``TORCHELASTIC_RESTART_COUNT``, as torch's own env:// rendezvous once did) keeps
+    rounds apart. Stores hosted by our launcher or by rank 0 are new in every round and used as they are."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return store
+    return dist.PrefixStore(f"/sarlab/round_{os.environ.get('TORCHELASTIC_RESTART_COUNT') or 0}", store)
 
 
 def _wait_for_listener(host: str, port: int, timeout_s: float) -> None:
@@ -168,7 +181,8 @@ def _train(job: Job, trainer: Trainer, baseline: int, manifest: dict, mem_method
     rank = trainer.graph.rank
     extra = trainer.config_columns()
     extra.update(graph=manifest["graph"], partition_dir=os.path.abspath(job.partition_dir),
-                 num_edges=manifest["num_edges"], label=job.label, net=job.net, mem_method=mem_method)
+                 num_edges=manifest["num_edges"], label=job.label, net=job.net, backend=job.backend,
+                 mem_method=mem_method)
     records = []
     facts = checkpoint.graph_facts(manifest)
     history = []

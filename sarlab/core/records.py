@@ -32,7 +32,7 @@ METRIC_COLUMNS = ("mode", "model", "workers", "rank", "epoch", "epoch_time_s", "
 #: the configuration a record was measured (or simulated) under
 CONFIG_COLUMNS = ("graph", "partition_dir", "num_nodes", "num_edges", "feature_dim", "num_classes", "num_relations",
                   "layers", "hidden", "heads", "aggr", "bases", "fused", "self_loops", "prefetch", "dtype", "batchnorm",
-                  "dropout", "threads", "net", "mfg", "label_aug", "lr_schedule", "correct_smooth")
+                  "dropout", "threads", "net", "backend", "mfg", "label_aug", "lr_schedule", "correct_smooth")
 #: what a run with ``correct_smooth`` adds to its last epoch's record (NaN in the other records)
 CS_COLUMNS = ("cs_train_acc", "cs_val_acc", "cs_test_acc")
 #: which sarlab measured a record: ``sarlab.version.version_string()`` (version, and the git commit from a checkout)
@@ -42,13 +42,13 @@ RECORD_COLUMNS = METRIC_COLUMNS + CONFIG_COLUMNS
 CONFIG_DEFAULTS = {"label": "", "graph": "", "partition_dir": "", "heads": 1, "aggr": "mean", "fused": False,
                    "self_loops": True,
                    "prefetch": 1, "dtype": "float32", "batchnorm": False, "dropout": 0.0, "threads": 0,
-                   "net": "loopback", "num_relations": 1, "bases": 0, "mfg": False, "label_aug": 0.0,
+                   "net": "loopback", "backend": "gloo", "num_relations": 1, "bases": 0, "mfg": False, "label_aug": 0.0,
                    "lr_schedule": "constant", "correct_smooth": ""}
 #: the keys that tell one configuration from another in a set of records
 CONFIG_KEYS = ("label", "graph", "partition_dir", "num_nodes", "num_edges", "feature_dim", "num_classes",
                "num_relations", "model", "layers", "hidden", "heads", "aggr", "bases", "fused", "self_loops", "mode",
                "workers",
-               "prefetch", "dtype", "batchnorm", "dropout", "threads", "net", "mfg", "label_aug")
+               "prefetch", "dtype", "batchnorm", "dropout", "threads", "net", "backend", "mfg", "label_aug")
 
 
 def measured_epochs(records: pd.DataFrame, warmup: int = 1) -> pd.DataFrame:

@@ -1,5 +1,5 @@
-"""gloo message costs as the engine pays them, on ``world`` ranks over 127.0.0.1 (``python -m
-sarlab.simulator.calibration.commbench``).
+"""Message costs as the engine pays them, on ``world`` ranks over 127.0.0.1 (``python -m
+sarlab.simulator.calibration.commbench``), over gloo or ``--backend ccl`` (oneCCL, :mod:`sarlab.kernels.ccl`).
 
 Each rank posts its messages the engine's way (``dist.batch_isend_irecv`` of ``P2POp`` lists, then ``wait`` on
 every work) in two patterns, for several message sizes, alternating patterns and sizes within every repeat so
@@ -10,11 +10,13 @@ that a slow spell of a shared machine lands on all of them:
 * ``alltoall``: one batch of ``2 (world - 1)`` ops to and from every peer, then all waited (``oneshot``);
 * ``globalround``: ``world - 1`` rounds as the SAR paper's library runs them (one exchange with every peer per
   round: the round's message to ``p + r`` and from ``p - r``, a 4-byte tensor to and from each other peer);
-* ``incast`` (rank 0 only receives): ``k = 1 .. world-1`` peers send one message to rank 0 at once.
+* ``incast`` (rank 0 only receives): ``k = 1 .. world-1`` peers send one message to rank 0 at once;
+* ``allreduce`` (``--allreduce-sizes``): one ``all_reduce`` (SUM, float32) of each size, called and waited as the
+  engine's gradient and loss all-reduces are (their wall time, ``allreduce_wall_s``).
 
 Per (pattern, size) rank 0 reports medians over repeats of: the main thread's CPU time inside the posting call
-(``post_s``) and inside the waits (``wait_s``), the process CPU time of the whole pattern (gloo's threads
-included, ``cpu_s``) and the wall time (``wall_s``), each per pattern instance, with the op count. Main-thread
+(``post_s``) and inside the waits (``wait_s``), the process CPU time of the whole pattern (the backend's
+threads included, ``cpu_s``) and the wall time (``wall_s``), each per pattern instance, with the op count. Main-thread
 CPU time is what a worker's clock pays whatever the load (others time-slicing the core stretch the wall, not
 the CPU); :func:`sarlab.simulator.calibration.fitting.fit_message_costs` turns it into per-call and per-op costs.
 """
@@ -22,7 +24,6 @@ the CPU); :func:`sarlab.simulator.calibration.fitting.fit_message_costs` turns i
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import statistics
 import time
@@ -31,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from sarlab.core.memory import tune_malloc
+from sarlab.simulator.calibration.harness import BENCH_BACKENDS, join_group
 
 
 def _timed_exchange(ops: list[dist.P2POp]) -> tuple[float, float]:
@@ -102,21 +104,31 @@ def incast(rank: int, world: int, senders: int, buf: torch.Tensor, bufs: list[to
     return None
 
 
+def allreduce_wall(buf: torch.Tensor) -> float:
+    """Wall time of one ``all_reduce`` of ``buf`` from a barrier (the slowest rank's is what every rank waits)."""
+    dist.barrier()
+    t0 = time.perf_counter()
+    dist.all_reduce(buf)
+    return time.perf_counter() - t0
+
+
 def run(rank: int, world: int, port: int, sizes: list[int], repeats: int, incast_bytes: int,
-        patterns: tuple[str, ...] = ("ring", "alltoall")) -> dict | None:
-    """Join the gloo group of ``world`` ranks and measure; rank 0 returns the medians and raw samples."""
+        patterns: tuple[str, ...] = ("ring", "alltoall"), backend: str = "gloo",
+        allreduce_sizes: tuple[int, ...] = ()) -> dict | None:
+    """Join the ``backend`` group of ``world`` ranks and measure; rank 0 returns the medians and raw samples."""
     torch.set_num_threads(1)
     tune_malloc(threshold=1 << 17)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=120))
+    join_group(backend, port, rank, world)
     samples: dict[str, list[dict[str, float]]] = {}
     incasts: dict[str, list[float]] = {}
+    allreduces: dict[str, list[float]] = {}
     try:
         tensors = {s: (torch.ones(max(s // 4, 1)), torch.empty(max(s // 4, 1)),
                        [torch.ones(max(s // 4, 1)) for _ in range(world - 1)],
                        [torch.empty(max(s // 4, 1)) for _ in range(world - 1)]) for s in sizes}
         big = torch.ones(max(incast_bytes // 4, 1))
         bigs = [torch.empty(max(incast_bytes // 4, 1)) for _ in range(world - 1)]
+        reduced = {s: torch.ones(max(s // 4, 1)) for s in allreduce_sizes}
         for rep in range(repeats + 1):  # the first repeat warms connections and allocator up
             for size in sizes:
                 send, recv, sends, recvs = tensors[size]
@@ -134,15 +146,22 @@ def run(rank: int, world: int, port: int, sizes: list[int], repeats: int, incast
                 t = incast(rank, world, k, big, bigs)
                 if rep and t is not None:
                     incasts.setdefault(str(k), []).append(t)
+            for size, buf in reduced.items():
+                wall = torch.tensor([allreduce_wall(buf)], dtype=torch.float64)
+                dist.all_reduce(wall, op=dist.ReduceOp.MAX)
+                if rep:
+                    allreduces.setdefault(str(size), []).append(float(wall[0]))
         dist.barrier()
     finally:
         dist.destroy_process_group()
     if rank != 0:
         return None
     medians = {key: {f: statistics.median(m[f] for m in ms) for f in ms[0]} for key, ms in samples.items()}
-    return {"world": world, "sizes": sizes, "repeats": repeats, "medians": medians, "samples": samples,
-            "incast_bytes": incast_bytes, "incast_wall_s": {k: statistics.median(v) for k, v in incasts.items()},
-            "incast_samples": incasts}
+    return {"world": world, "backend": backend, "sizes": sizes, "repeats": repeats, "medians": medians,
+            "samples": samples, "incast_bytes": incast_bytes,
+            "incast_wall_s": {k: statistics.median(v) for k, v in incasts.items()}, "incast_samples": incasts,
+            "allreduce_wall_s": {k: statistics.median(v) for k, v in allreduces.items()},
+            "allreduce_samples": allreduces}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,9 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--incast-bytes", type=int, default=1 << 20)
     parser.add_argument("--patterns", default="ring,alltoall", help="comma list of ring, alltoall, globalround")
+    parser.add_argument("--backend", default="gloo", choices=BENCH_BACKENDS, help="torch.distributed backend")
+    parser.add_argument("--allreduce-sizes", default="", help="all_reduce bytes (comma list; empty: none)")
     args = parser.parse_args(argv)
     result = run(args.rank, args.world, args.port, [int(s) for s in args.sizes.split(",")], args.repeats,
-                 args.incast_bytes, tuple(args.patterns.split(",")))
+                 args.incast_bytes, tuple(args.patterns.split(",")), args.backend,
+                 tuple(int(s) for s in args.allreduce_sizes.split(",") if s))
     if result is not None:
         print(json.dumps(result), flush=True)
     return 0

@@ -133,7 +133,8 @@ def fit_scale_curve(keys: list[float], ratios: list[float]) -> tuple[tuple[float
 
 
 def fit_message_costs(runs: Sequence[dict[str, Any]], small: int | None = None) -> dict[str, float]:
-    r"""Per-call and per-op software costs of gloo messages from :mod:`sarlab.simulator.calibration.commbench` runs.
+    r"""Per-call and per-op software costs of messages (gloo's or another backend's) from
+    :mod:`sarlab.simulator.calibration.commbench` runs.
 
     Over the ``ring`` (2 ops) and ``alltoall`` (``2 (W-1)`` ops) patterns of every world size ``W``, at the
     smallest message size (``small``), the main thread's CPU time of one posting call and of its waits are
@@ -143,7 +144,7 @@ def fit_message_costs(runs: Sequence[dict[str, Any]], small: int | None = None) 
         t_{post}(k) = c + k\,o, \qquad t_{wait}(k) = k\,w
 
     (non-negative least squares on the medians); ``c`` is ``p2p_call_s`` (for one exchange call), ``o``
-    ``p2p_op_s`` and ``w`` ``p2p_wait_s``. The background CPU per op (gloo's threads: process CPU less the
+    ``p2p_op_s`` and ``w`` ``p2p_wait_s``. The background CPU per op (the backend's threads: process CPU less the
     main thread's, per op) is ``p2p_msg_cpu_s``; the incast ratio ``T_k / (k T_1)`` per ``k`` is recorded
     as measured (1 = the receiver serialises its ``k`` incoming messages at one message's rate).
     """

@@ -1,11 +1,12 @@
-r"""Benchmarks of the host beyond single ops: the allocator, first-use memory, co-located processes, gloo.
+r"""Benchmarks of the host beyond single ops: the allocator, first-use memory, co-located processes, messages.
 
 Each of the last four runs other interpreters (:func:`sarlab.simulator.calibration.harness.module_command`): a fresh
 process for the memory that an op family adds on first use (:mod:`sarlab.simulator.calibration.memprobe`), one and then
 ``C`` concurrent processes for the efficiency of co-located workers (:mod:`sarlab.simulator.calibration.sharebench`),
-and two ranks of a gloo group on 127.0.0.1 for the link (:mod:`sarlab.simulator.calibration.netbench`), and gloo groups
-of 2 to 8 ranks for the software cost of posting and waiting for messages
-(:mod:`sarlab.simulator.calibration.commbench`).
+and two ranks of a process group on 127.0.0.1 for the link (:mod:`sarlab.simulator.calibration.netbench`), and groups
+of 2 to 8 ranks for the software cost of posting and waiting for messages and of all-reduces
+(:mod:`sarlab.simulator.calibration.commbench`). The last two run over gloo (the default) or another backend
+(``backend="ccl"``: :mod:`sarlab.kernels.ccl`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ from sarlab.simulator.calibration.calibration import Calibration, Findings
 from sarlab.simulator.calibration.fitting import fit_link, fit_message_costs, share_eta
 from sarlab.simulator.calibration.harness import ROOT, free_port, module_command, module_env
 from sarlab.simulator.hardware.profile import Link
+
+#: all-reduce sizes commbench times beside the messages (bytes): the engine's 8-byte loss, a BatchNorm's few KB,
+#: gradients of small and large models
+ALLREDUCE_SIZES = (8, 4096, 262144, 4194304)
 
 
 def bench_allocator(found: Findings) -> float:
@@ -122,10 +127,10 @@ def bench_share(cal: Calibration, found: Findings, cores: int) -> dict[str, floa
     return result
 
 
-def bench_network(cal: Calibration, found: Findings) -> tuple[Link, float, float]:
-    """gloo point-to-point between two local processes (:mod:`sarlab.simulator.calibration.netbench`): (link, post time,
-    CPU seconds per byte sent or received); the link is :func:`sarlab.simulator.calibration.fitting.fit_link` of the
-    timings."""
+def bench_network(cal: Calibration, found: Findings, backend: str = "gloo") -> tuple[Link, float, float]:
+    """Point-to-point between two local processes over ``backend`` (:mod:`sarlab.simulator.calibration.netbench`):
+    (link, post time, CPU seconds per byte sent or received); the link is
+    :func:`sarlab.simulator.calibration.fitting.fit_link` of the timings."""
     sizes = [4, 4096, 65536, 1 << 20, 4 << 20] if cal.quick else [4, 1024, 16384, 131072, 1 << 20, 4 << 20, 16 << 20]
     repeats = 5 if cal.quick else 15
     stream = 64 if cal.quick else 256
@@ -136,6 +141,7 @@ def bench_network(cal: Calibration, found: Findings) -> tuple[Link, float, float
         "--repeats", str(repeats),
         "--stream", str(stream),
         "--bulk", str((8 << 20) if cal.quick else (64 << 20)),
+        "--backend", backend,
     )  # fmt: skip
     env = module_env()
     procs = [
@@ -143,38 +149,46 @@ def bench_network(cal: Calibration, found: Findings) -> tuple[Link, float, float
                          env=env, cwd=ROOT)  # fmt: skip
         for r in (0, 1)
     ]
-    outputs = _communicate(procs, "netbench rank", 120)
+    outputs = _communicate(procs, f"netbench rank ({backend})", 120)
     result = json.loads(outputs[0].strip().splitlines()[-1])
     link = fit_link(sizes, result)
     found.raw["network"] = {"sizes": sizes, **result}
     return link, float(result["call_s"]), float(result.get("cpu_s_per_byte", 0.0))
 
 
-def launch_commbench(world: int, repeats: int, sizes: list[int], timeout: float = 300.0) -> dict:
-    """One :mod:`sarlab.simulator.calibration.commbench` group of ``world`` ranks on 127.0.0.1; rank 0's result."""
+def launch_commbench(world: int, repeats: int, sizes: list[int], timeout: float = 300.0, backend: str = "gloo",
+                     allreduce_sizes: tuple[int, ...] = ()) -> dict:
+    """One :mod:`sarlab.simulator.calibration.commbench` group of ``world`` ranks of ``backend`` on 127.0.0.1; rank 0's
+    result."""
     cmd = module_command("commbench", "--world", str(world), "--port", str(free_port()), "--repeats", str(repeats),
-                         "--sizes", ",".join(map(str, sizes)))
+                         "--sizes", ",".join(map(str, sizes)), "--backend", backend,
+                         "--allreduce-sizes", ",".join(map(str, allreduce_sizes)))
     env = module_env(OMP_NUM_THREADS="1")
     procs = [subprocess.Popen(cmd + ["--rank", str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env=env, cwd=ROOT) for r in range(world)]
-    outputs = _communicate(procs, f"commbench rank (world {world})", timeout)
+    outputs = _communicate(procs, f"commbench rank (world {world}, {backend})", timeout)
     return json.loads(outputs[0].strip().splitlines()[-1])
 
 
-def bench_messages(cal: Calibration, found: Findings, worlds: tuple[int, ...] = (2, 4, 8),
-                   rounds: int = 3) -> dict[str, float]:
-    """Software costs of posting and waiting for gloo messages
+def message_worlds(cal: Calibration) -> tuple[int, ...]:
+    """The group sizes :func:`bench_messages` measures by default: 2, 4 and 8 ranks (quick: 2 and 3)."""
+    return (2, 3) if cal.quick else (2, 4, 8)
+
+
+def bench_messages(cal: Calibration, found: Findings, worlds: tuple[int, ...] | None = None,
+                   rounds: int = 3, backend: str = "gloo") -> dict[str, float]:
+    """Software costs of posting and waiting for ``backend`` messages, and of its all-reduces
     (:func:`sarlab.simulator.calibration.fitting.fit_message_costs`) from :mod:`sarlab.simulator.calibration.commbench`
     groups of every size in ``worlds``, the sizes alternating over ``rounds`` rounds (forward, then backward) so that
     drift of a shared machine spreads over all of them."""
     sizes = [256] if cal.quick else [256, 16384, 262144, 2097152]
     repeats = 1 if cal.quick else 7
-    worlds = (2, 3) if cal.quick else worlds
+    worlds = message_worlds(cal) if worlds is None or cal.quick else worlds
     runs = []
     for i in range(1 if cal.quick else rounds):
         for world in (worlds if i % 2 == 0 else tuple(reversed(worlds))):
-            runs.append(launch_commbench(world, repeats, sizes))
+            runs.append(launch_commbench(world, repeats, sizes, backend=backend, allreduce_sizes=ALLREDUCE_SIZES))
     fit = fit_message_costs(runs)
-    found.raw["messages"] = {"runs": [{k: v for k, v in r.items() if k not in ("samples", "incast_samples")}
-                                      for r in runs], "fit": fit}
+    found.raw["messages"] = {"backend": backend, "fit": fit,
+                             "runs": [{k: v for k, v in r.items() if not k.endswith("samples")} for r in runs]}
     return fit

@@ -1,4 +1,5 @@
-"""Two-process gloo point-to-point benchmark on 127.0.0.1 (run as ``python -m sarlab.simulator.calibration.netbench``).
+"""Two-process point-to-point benchmark on 127.0.0.1 over gloo or ``--backend ccl`` (run as ``python -m
+sarlab.simulator.calibration.netbench``).
 
 Rank 0 prints one JSON line: one-way times of a ping-pong per size, the time per message of a stream of
 back-to-back small messages, the CPU time of posting one isend/irecv pair, and the process CPU seconds per
@@ -10,7 +11,6 @@ interpreters (not multiprocessing) so that it works from pytest, notebooks and s
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import statistics
 import time
@@ -19,21 +19,17 @@ import torch
 import torch.distributed as dist
 
 from sarlab.core.memory import tune_malloc
+from sarlab.simulator.calibration.harness import BENCH_BACKENDS, join_group
 
 
-def run(rank: int, port: int, sizes: list[int], repeats: int, stream: int, bulk: int = 64 << 20) -> dict | None:
-    """Join the 2-rank gloo group and measure; rank 0 returns the results."""
+def run(rank: int, port: int, sizes: list[int], repeats: int, stream: int, bulk: int = 64 << 20,
+        backend: str = "gloo") -> dict | None:
+    """Join the 2-rank ``backend`` group and measure; rank 0 returns the results."""
     torch.set_num_threads(1)
     tune_malloc(threshold=1 << 17)  # the engine's malloc settings: large buffers are fresh pages
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=2,
-        timeout=datetime.timedelta(seconds=60),
-    )
+    join_group(backend, port, rank, 2, timeout_s=60.0)
     peer = 1 - rank
-    result: dict = {"one_way_s": {}, "stream_s": None, "call_s": None}
+    result: dict = {"backend": backend, "one_way_s": {}, "stream_s": None, "call_s": None}
     try:
         for size in sizes:
             buf = torch.zeros(max(size // 4, 1))
@@ -68,7 +64,7 @@ def run(rank: int, port: int, sizes: list[int], repeats: int, stream: int, bulk:
             for work in works:
                 work.wait()
         result["call_s"] = min(calls[2:])
-        # CPU cost of moving bytes (loopback copies in gloo's threads): both ranks exchange big buffers at
+        # CPU cost of moving bytes (loopback copies in the backend's threads): both ranks exchange big buffers at
         # once, as the engine's rounds do; process CPU time over the bytes this rank sent and received
         big = 8 << 20
         send = torch.ones(big // 4)
@@ -115,9 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--stream", type=int, default=64)
     parser.add_argument("--bulk", type=int, default=64 << 20, help="bytes of the bulk exchange")
+    parser.add_argument("--backend", default="gloo", choices=BENCH_BACKENDS, help="torch.distributed backend")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
-    result = run(args.rank, args.port, sizes, args.repeats, args.stream, args.bulk)
+    result = run(args.rank, args.port, sizes, args.repeats, args.stream, args.bulk, args.backend)
     if result is not None:
         print(json.dumps(result), flush=True)
     return 0

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from sarlab.simulator.hardware.backends import BASE_BACKEND, for_backend, overlay_from_json, overlay_to_json
+
 PROFILE_FORMAT_VERSION = 1
 
 #: names of the compute ops a profile must price, with the unit of work their ``rate`` counts per second
@@ -185,7 +187,10 @@ class Profile:
             stores the two ends of a power law, :func:`sarlab.simulator.calibration.fitting.fit_scale_curve`). Empty =
             ``compute_scale`` everywhere.
         notes: free-text provenance (how each number was obtained or assumed).
-        meta: machine description, date, torch version.
+        meta: machine description, date, torch version; ``backend``: the backend this profile's communication
+            fields price (absent: gloo).
+        backends: per-backend communication overlays, ``{name: {field: value, notes, meta}}`` over
+            :data:`sarlab.simulator.hardware.backends.COMM_FIELDS` (:meth:`for_backend`); empty = gloo only.
     """
 
     name: str
@@ -214,6 +219,7 @@ class Profile:
     compute_scale_key: str = "activation"
     notes: tuple[str, ...] = ()
     meta: dict[str, Any] = field(default_factory=dict)
+    backends: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         missing = [k for k in OP_UNITS if k not in self.ops and k not in OPTIONAL_OPS]
@@ -227,6 +233,14 @@ class Profile:
             raise ValueError(f"progress_spread needs worker counts >= 1 and spreads >= 0, got {self.progress_spread}")
         if self.compute_scale_key not in SCALE_KEYS:
             raise ValueError(f"compute_scale_key must be one of {SCALE_KEYS}, got {self.compute_scale_key!r}")
+        if BASE_BACKEND in self.backends:
+            raise ValueError(f"backends: {BASE_BACKEND} is the profile's own communication fields, not an overlay")
+        object.__setattr__(self, "backends", {k: overlay_from_json(k, v, Link) for k, v in self.backends.items()})
+
+    def for_backend(self, name: str) -> Profile:
+        """This profile priced for torch.distributed backend ``name``: its communication fields replaced by that
+        backend's overlay (:func:`sarlab.simulator.hardware.backends.for_backend`; gloo: the profile itself)."""
+        return for_backend(self, name)
 
     def scale_at(self, nbytes: float) -> float:
         """``compute_scale`` at ``nbytes`` of the curve's key (:attr:`compute_scale_key`): log-linear
@@ -263,6 +277,9 @@ class Profile:
         d = asdict(self)
         d["notes"] = list(self.notes)
         d["compute_scale_curve"] = [list(point) for point in self.compute_scale_curve]
+        d["backends"] = {k: overlay_to_json(v) for k, v in self.backends.items()}
+        if not self.backends:  # gloo only: written as before overlays existed
+            del d["backends"]
         d["format_version"] = PROFILE_FORMAT_VERSION
         d["units"] = dict(OP_UNITS)
         return d
@@ -302,6 +319,7 @@ class Profile:
             "compute_scale_key": str(d.get("compute_scale_key", "activation")),
             "notes": tuple(d.get("notes", ())),
             "meta": dict(d.get("meta", {})),
+            "backends": dict(d.get("backends", {})),
         }
         if "dtype_slowdown" in d:
             kwargs["dtype_slowdown"] = {k: float(v) for k, v in d["dtype_slowdown"].items()}

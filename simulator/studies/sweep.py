@@ -36,6 +36,7 @@ def result_frame(
     partition_dir: str = "",
     epoch: int = 1,
     net: str = "loopback",
+    backend: str = "gloo",
 ) -> pd.DataFrame:
     """One metric record per rank for a simulated epoch (``peak_mem_bytes`` = baseline + predicted peak)."""
     n = result.workers
@@ -76,6 +77,7 @@ def result_frame(
         "dropout": [model.dropout] * n,
         "threads": [result.placement.threads] * n,
         "net": [net] * n,
+        "backend": [backend] * n,
     }
     return pd.DataFrame(rows, columns=list(RECORD_COLUMNS))
 
@@ -118,6 +120,7 @@ def simulate_sweep(
     progress: Callable[[str], None] | None = None,
     net: str = "loopback",
     links: list[LinkProfile] | None = None,
+    backend: str = "gloo",
 ) -> tuple[pd.DataFrame, list[SweepItem]]:
     """Simulate every (mode, model, workers) combination; returns per-rank records and the raw results.
 
@@ -134,11 +137,14 @@ def simulate_sweep(
         progress: called with one line per configuration.
         net, links: the network spec (``loopback`` or ``veth:rate=R[,hosts=H]``) and the link profiles that
             price it (:func:`sarlab.simulator.network.linkprofile.for_network`).
+        backend: the torch.distributed backend whose links and message costs price the exchanges
+            (:meth:`Profile.for_backend`; ValueError when the profile has not measured it); records carry it.
     """
     modes, models, workers = list(modes), list(models), [int(w) for w in workers]
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise ValueError(f"unknown mode(s) {bad}: choose from {', '.join(MODES)}")
+    profile = profile.for_backend(backend)
     frames, items = [], []
     total = len(modes) * len(models) * len(workers)
     done = 0
@@ -158,7 +164,7 @@ def simulate_sweep(
                 )
                 result = simulate_epoch(stats, model, run, prof)
                 items.append(SweepItem(mode, model, n, stats, run, result))
-                frames.append(result_frame(result, stats, model, run, partition_dir, net=net))
+                frames.append(result_frame(result, stats, model, run, partition_dir, net=net, backend=backend))
                 done += 1
                 if progress is not None:
                     progress(

@@ -2,7 +2,8 @@
 
 Measured values are the records' summary per configuration
 (:func:`sarlab.simulator.studies.measured.summarize_measured`); the prediction error of a quantity is ``predicted /
-measured - 1``.
+measured - 1``. Each configuration is priced with the links and message costs of its own ``backend`` column
+(:meth:`Profile.for_backend`; records without the column ran on gloo).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from sarlab.simulator.calibration.probe import probe_scale
+from sarlab.simulator.hardware.backends import BASE_BACKEND
 from sarlab.simulator.hardware.profile import Profile
 from sarlab.simulator.network.linkprofile import LinkProfile
 from sarlab.simulator.studies.measured import summarize_measured, with_defaults
@@ -48,13 +50,16 @@ def validate(
     if drift == "probe" and "probe_epoch_s" not in measured.columns:
         raise ValueError("drift='probe' needs records with probe columns (sarlab bench engine --probe)")
     rows = []
+    backends = sorted({backend_of_row(row) for _, row in measured.iterrows()})
+    priced = {name: profile.for_backend(name) for name in backends}  # one clear error before any pricing
     for i, row in measured.iterrows():
         stats = stats_for(row)
         model = model_for(row)
         meas_t = float(row["measured_epoch_time_s"])
-        static = simulate_row(row, profile, stats, model, links)
-        scale = probe_scale(row, profile)
-        probed = simulate_row(row, profile.with_scale(scale), stats, model, links) if np.isfinite(scale) else None
+        prof = priced[backend_of_row(row)]
+        static = simulate_row(row, prof, stats, model, links)
+        scale = probe_scale(row, prof)
+        probed = simulate_row(row, prof.with_scale(scale), stats, model, links) if np.isfinite(scale) else None
         result = probed if probed is not None and drift != "none" else static
         pred_t = float(result.epoch_time_s.max())
         pred_m = float(result.peak_above_baseline_bytes.max())
@@ -86,6 +91,7 @@ def validate(
                 other = f"; {'profile' if result is probed else 'probe'} scale {out[key]:+.0%}"
             progress(
                 f"[{i + 1}/{len(measured)}] {model.label():10s} {row['mode']:10s} N={int(row['workers']):<3d} "
+                f"{backend_of_row(row):5s} "
                 f"time {pred_t:.4g}s vs {meas_t:.4g}s ({out['time_error']:+.0%}{other}), "
                 f"peak {pred_m / 2**20:.1f} vs {row['measured_peak_above_baseline_bytes'] / 2**20:.1f} MiB "
                 f"({out['memory_error']:+.0%})"
@@ -93,11 +99,20 @@ def validate(
     return pd.DataFrame(rows)
 
 
-def error_summary(table: pd.DataFrame) -> dict[str, float]:
-    """Median absolute prediction errors over configurations (NaN where nothing was measurable)."""
+def backend_of_row(row: pd.Series) -> str:
+    """The backend a record (or a summary row) ran on: its ``backend`` column, gloo where it has none."""
+    value = row.get("backend")
+    if value is None or (not isinstance(value, str) and pd.isna(value)) or not str(value).strip():
+        return BASE_BACKEND
+    return str(value).strip()
 
-    def med(col: str) -> float:
-        vals = table[col].abs().dropna()
+
+def error_summary(table: pd.DataFrame) -> dict[str, float]:
+    """Median absolute prediction errors over configurations (NaN where nothing was measurable); with records of
+    several backends also per backend (``median_abs_time_error_<backend>``, ``configurations_<backend>``)."""
+
+    def med(col: str, rows: pd.DataFrame = table) -> float:
+        vals = rows[col].abs().dropna()
         return float(vals.median()) if len(vals) else math.nan
 
     out = {
@@ -109,27 +124,38 @@ def error_summary(table: pd.DataFrame) -> dict[str, float]:
         out["median_abs_time_error_static"] = med("time_error_static")
     if "time_error_probe" in table.columns:
         out["median_abs_time_error_probe"] = med("time_error_probe")
+    backends = table.apply(backend_of_row, axis=1) if len(table) else pd.Series(dtype=str)
+    if backends.nunique() > 1:
+        for name in sorted(backends.unique()):
+            rows = table[backends == name]
+            out[f"configurations_{name}"] = int(len(rows))
+            out[f"median_abs_time_error_{name}"] = med("time_error", rows)
+            out[f"median_abs_memory_error_{name}"] = med("memory_error", rows)
     return out
 
 
 def markdown_table(table: pd.DataFrame) -> str:
     """The validation table as Markdown: one row per configuration, times in s, memory in MiB, errors."""
-    cols = ["model", "mode", "workers", "time meas (s)", "epoch spread", "time pred (s)", "time err",
+    several = table.apply(backend_of_row, axis=1).nunique() > 1 if len(table) else False
+    cols = ["model", "mode", "workers", *(["backend"] if several else []), "time meas (s)", "epoch spread",
+            "time pred (s)", "time err",
             "wait meas (s)", "wait pred (s)", "peak meas (MiB)", "peak pred (MiB)", "peak err"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    order = table.assign(_m=table["model"].astype(str)).sort_values(["_m", "workers", "mode"])
+    order = table.assign(_m=table["model"].astype(str), _b=table.apply(backend_of_row, axis=1) if len(table) else "")
+    order = order.sort_values(["_b", "_m", "workers", "mode"])
     for _, r in order.iterrows():
         model = f"sage-{r['aggr']}" if r["model"] == "sage" else str(r["model"])
         cells = [
             model,
             str(r["mode"]),
             str(int(r["workers"])),
-            f"{r['measured_epoch_time_s']:.2f}",
+            *([r["_b"]] if several else []),
+            f"{r['measured_epoch_time_s']:.3g}",
             f"{r.get('measured_epoch_spread', math.nan):.0%}",
-            f"{r['predicted_epoch_time_s']:.2f}",
+            f"{r['predicted_epoch_time_s']:.3g}",
             f"{r['time_error']:+.1%}",
-            f"{r['measured_comm_wait_s']:.2f}",
-            f"{r['predicted_comm_wait_s']:.2f}",
+            f"{r['measured_comm_wait_s']:.3g}",
+            f"{r['predicted_comm_wait_s']:.3g}",
             f"{r['measured_peak_above_baseline_bytes'] / 2**20:.0f}",
             f"{r['predicted_peak_above_baseline_bytes'] / 2**20:.0f}",
             f"{r['memory_error']:+.1%}",

@@ -1,0 +1,223 @@
+"""Tests of the per-backend communication overlays of a profile (issue 27): the JSON form, what
+``Profile.for_backend`` replaces, its errors, ``sarlab simulate --backend``, validation per record backend and
+``sarlab calibrate --backend`` adding an overlay without touching the rest of the profile."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields, replace
+
+import pandas as pd
+import pytest
+from test_simulator_fixtures import hand_profile, run1, two_parts, write_manifest
+
+import sarlab.executor.commands.simulate_cmd as simulate_cmd
+from sarlab.executor.commands.simulate_cmd import calibrate_main, simulate_main
+from sarlab.simulator.hardware.backends import COMM_FIELDS
+from sarlab.simulator.hardware.profile import Link, Profile, load_profile, save_profile
+from sarlab.simulator.hardware.provenance import resolve_profile, shipped_profiles
+from sarlab.simulator.studies.sweep import simulate_sweep
+from sarlab.simulator.studies.validate import error_summary, validate
+from sarlab.simulator.workload.model import ModelSpec
+
+GCN1 = ModelSpec("gcn", layers=1, hidden=4)
+SLOW = Link(latency_s=1.0 + 1e-3, bandwidth_Bps=1e6, gap_s=2e-4)  # hand_profile's link, latency + 1 s
+
+
+def ccl_overlay(**extra) -> dict:
+    """An overlay that changes the links' latency (+1 s) and the exchange call (+0.5 s), with provenance."""
+    return {"intra_host": SLOW, "inter_host": SLOW, "p2p_call_s": 0.5, "notes": ["measured by hand"],
+            "meta": {"date": "2026-11-26", "command": "by hand"}, **extra}  # fmt: skip
+
+
+def with_ccl(profile: Profile | None = None, **extra) -> Profile:
+    return replace(profile or hand_profile(), backends={"ccl": ccl_overlay(**extra)})
+
+
+def test_overlay_round_trips_through_json(tmp_path):
+    prof = with_ccl(p2p_op_s=3e-5, p2p_cpu_s_per_byte=1e-10)
+    path = save_profile(prof, tmp_path / "p.json")
+    raw = json.loads(path.read_text())
+    assert raw["backends"]["ccl"]["intra_host"] == {"latency_s": 1.0 + 1e-3, "bandwidth_Bps": 1e6, "gap_s": 2e-4}
+    assert raw["backends"]["ccl"]["p2p_call_s"] == 0.5 and raw["backends"]["ccl"]["notes"] == ["measured by hand"]
+    back = load_profile(path)
+    assert back.backends == prof.backends
+    assert back.backends["ccl"]["intra_host"] == SLOW and isinstance(back.backends["ccl"]["notes"], tuple)
+    assert back.for_backend("ccl") == prof.for_backend("ccl")
+    # a profile written before overlays existed (no `backends` key) loads as gloo only, and the shipped ones load
+    del raw["backends"]
+    (tmp_path / "old.json").write_text(json.dumps(raw))
+    assert load_profile(tmp_path / "old.json").backends == {}
+    for name in shipped_profiles():
+        resolve_profile(name)
+
+
+def test_for_backend_replaces_exactly_the_comm_fields():
+    base = replace(hand_profile(), round_jitter_s=1e-5, p2p_msg_cpu_s=2e-6, notes=("base note",),
+                   meta={"machine": "hand"})  # fmt: skip
+    prof = with_ccl(base, p2p_wait_s=7e-6)
+    assert prof.for_backend("gloo") is prof  # gloo: the profile itself
+    ccl = prof.for_backend("ccl")
+    overlay = {"intra_host": SLOW, "inter_host": SLOW, "p2p_call_s": 0.5, "p2p_wait_s": 7e-6}
+    for f in fields(Profile):
+        got, old = getattr(ccl, f.name), getattr(base, f.name)
+        if f.name in overlay:
+            assert f.name in COMM_FIELDS and got == overlay[f.name], f.name
+        elif f.name == "notes":
+            assert got == ("base note", "[ccl] measured by hand")
+        elif f.name == "meta":
+            assert got == {"machine": "hand", "backend": "ccl"}
+        else:  # op costs, memory, placement, the comm fields the overlay does not set (jitter, msg CPU)
+            assert got == old, f.name
+    assert ccl.for_backend("ccl") is ccl
+    with pytest.raises(ValueError, match="already prices backend 'ccl'"):
+        ccl.for_backend("gloo")
+
+
+def test_unknown_and_unmeasured_backends_are_one_line_errors():
+    prof = with_ccl()
+    with pytest.raises(ValueError, match=r"^unknown backend 'infiniband': choose one of gloo, .*ccl") as err:
+        prof.for_backend("infiniband")
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match=r"no communication costs measured over backend 'mpi' \(it has gloo, "
+                                         r"ccl\); measure them with `sarlab calibrate --backend mpi") as err:
+        prof.for_backend("mpi")
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="not communication fields"):
+        replace(hand_profile(), backends={"ccl": {"compute_scale": 2.0}})
+    with pytest.raises(ValueError, match="gloo is the profile's own"):
+        replace(hand_profile(), backends={"gloo": {"p2p_call_s": 1.0}})
+    with pytest.raises(ValueError, match=">= 0"):
+        replace(hand_profile(), backends={"ccl": {"p2p_op_s": -1.0}})
+
+
+def test_ccl_prices_its_own_links_and_calls_by_hand():
+    """One GCN layer, oneshot, 2 workers: the epoch waits, in sequence, for the halo exchange, the gradient return
+    and two all-reduces (loss and gradients; recursive doubling: one latency each at N = 2), and makes two exchange
+    calls. The overlay's +1 s latency and +0.5 s exchange call therefore cost 4 * 1 + 2 * 0.5 s more than gloo."""
+    st, prof = two_parts(), with_ccl()
+    gloo = run1(st, GCN1, "oneshot", prof.for_backend("gloo")).epoch_time_s
+    ccl = run1(st, GCN1, "oneshot", prof.for_backend("ccl")).epoch_time_s
+    assert ccl == pytest.approx(gloo + 4 * 1.0 + 2 * 0.5, abs=1e-9)
+
+
+def test_simulate_backend_flag(tmp_path, capsys):
+    st = two_parts()
+    write_manifest(tmp_path / "parts", st)
+    prof = with_ccl()
+    same = replace(hand_profile(), backends={"ccl": {k: getattr(prof, k) for k in COMM_FIELDS}})
+    out = {}
+    for label, p in (("ccl", prof), ("same", same)):
+        path = save_profile(p, tmp_path / f"{label}.json")
+        for backend in ("gloo", "ccl"):
+            csv = tmp_path / f"{label}-{backend}.csv"
+            argv = ["--graph", str(tmp_path / "parts"), "--workers", "2", "--models", "gcn", "--layers", "1",
+                    "--hidden", "4", "--modes", "sar,oneshot", "--threads", "1", "--profile", str(path),
+                    "--backend", backend, "--out", str(csv)]  # fmt: skip
+            assert simulate_main(argv) == 0
+            out[label, backend] = pd.read_csv(csv)
+    assert set(out["ccl", "ccl"]["backend"]) == {"ccl"} and set(out["ccl", "gloo"]["backend"]) == {"gloo"}
+    # where the comm costs differ, so do the predictions: oneshot by the hand count above
+    gloo, ccl = (out["ccl", b].set_index(["mode", "rank"]).epoch_time_s for b in ("gloo", "ccl"))
+    assert (ccl - gloo).loc["oneshot"].tolist() == pytest.approx([5.0, 5.0], abs=1e-9)
+    assert (ccl > gloo + 1.0).all()
+    # an overlay equal to the profile's own fields prices exactly as gloo
+    cols = ["epoch_time_s", "compute_s", "comm_wait_s", "bytes_sent", "peak_mem_bytes"]
+    pd.testing.assert_frame_equal(out["same", "ccl"][cols], out["same", "gloo"][cols])
+    # a backend the profile has not measured: exit 2 with the line that says how to measure it
+    capsys.readouterr()
+    assert simulate_main(["--graph", str(tmp_path / "parts"), "--workers", "2", "--profile",
+                          str(tmp_path / "ccl.json"), "--backend", "mpi"]) == 2  # fmt: skip
+    assert "sarlab calibrate --backend mpi" in capsys.readouterr().err
+    # the Python sweep takes the same argument
+    df, _ = simulate_sweep(str(tmp_path / "parts"), ["oneshot"], [GCN1], [2], prof, threads=1, backend="ccl")
+    assert df.epoch_time_s.tolist() == pytest.approx(ccl.loc["oneshot"].tolist())
+
+
+def _records(pdir, backend: str | None, epoch_s: float) -> list[dict]:
+    rows = []
+    for epoch in range(2):
+        for rank in range(2):
+            r = {"mode": "oneshot", "model": "gcn", "workers": 2, "rank": rank, "epoch": epoch, "epoch_time_s": epoch_s,
+                 "comm_wait_s": 0.0, "bytes_sent": 0, "peak_mem_bytes": 6000, "baseline_mem_bytes": 1000,
+                 "graph": "tiny", "partition_dir": str(pdir), "num_nodes": 160, "num_edges": 590, "feature_dim": 8,
+                 "num_classes": 4, "layers": 1, "hidden": 4, "threads": 1}  # fmt: skip
+            if backend is not None:
+                r["backend"] = backend
+            rows.append(r)
+    return rows
+
+
+def test_validation_prices_each_record_with_its_own_backend(tmp_path, capsys):
+    st = two_parts()
+    write_manifest(tmp_path / "parts", st)
+    prof = with_ccl()
+    gloo_t = run1(st, GCN1, "oneshot", prof).epoch_time_s.max()
+    ccl_t = run1(st, GCN1, "oneshot", prof.for_backend("ccl")).epoch_time_s.max()
+    old = pd.DataFrame(_records(tmp_path / "parts", None, 2.0 * gloo_t))  # before the column: gloo
+    new = pd.DataFrame(_records(tmp_path / "parts", "ccl", 0.5 * ccl_t))
+    old.to_csv(tmp_path / "old.csv", index=False)
+    new.to_csv(tmp_path / "new.csv", index=False)
+    table = validate(pd.concat([old, new], ignore_index=True), prof).set_index("backend")
+    assert table.loc["gloo", "predicted_epoch_time_s"] == pytest.approx(gloo_t)
+    assert table.loc["ccl", "predicted_epoch_time_s"] == pytest.approx(ccl_t)
+    assert table.loc["gloo", "time_error"] == pytest.approx(-0.5) and table.loc["ccl", "time_error"] == pytest.approx(1)
+    errors = error_summary(table.reset_index())
+    assert errors["median_abs_time_error_gloo"] == pytest.approx(0.5)
+    assert errors["median_abs_time_error_ccl"] == pytest.approx(1.0)
+    assert errors["configurations_ccl"] == 1 and errors["median_abs_time_error"] == pytest.approx(0.75)
+    # the command line: the same, and a profile without a ccl overlay cannot price the ccl records
+    path = save_profile(prof, tmp_path / "p.json")
+    argv = ["--validate", str(tmp_path / "old.csv"), str(tmp_path / "new.csv"), "--validation-out",
+            str(tmp_path / "v.csv"), "--json", str(tmp_path / "v.json")]  # fmt: skip
+    assert simulate_main([*argv, "--profile", str(path)]) == 0
+    assert json.loads((tmp_path / "v.json").read_text())["median_abs_time_error_ccl"] == pytest.approx(1.0)
+    assert "ccl: time 100.0%" in capsys.readouterr().out
+    bare = save_profile(hand_profile(), tmp_path / "bare.json")
+    assert simulate_main([*argv, "--profile", str(bare)]) == 2
+    assert "sarlab calibrate --backend ccl" in capsys.readouterr().err
+    assert simulate_main([*argv, "--profile", str(path), "--backend", "ccl"]) == 2  # each record says its own
+
+
+def test_calibrate_backend_adds_the_overlay_and_nothing_else(tmp_path, monkeypatch, capsys):
+    path = save_profile(hand_profile(), tmp_path / "p.json")
+    data = json.loads(path.read_text())
+    data["a_key_of_a_later_version"] = {"kept": True}
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    seen = {}
+
+    def fake(cal, backend, command=""):
+        seen.update(backend=backend, command=command, network=cal.network)
+        return {**ccl_overlay(), "p2p_op_s": 1e-5, "p2p_wait_s": 2e-6, "p2p_msg_cpu_s": 3e-6}
+
+    monkeypatch.setattr(simulate_cmd, "calibrate_backend", fake)
+    assert calibrate_main(["--backend", "ccl", "--out", str(path), "--quick"]) == 0
+    assert seen == {"backend": "ccl", "command": f"sarlab calibrate --backend ccl --out {path} --quick",
+                    "network": True}  # fmt: skip
+    after = json.loads(path.read_text())
+    assert {k: v for k, v in after.items() if k != "backends"} == data
+    assert after["backends"]["ccl"]["p2p_call_s"] == 0.5
+    assert load_profile(path).for_backend("ccl").p2p_op_s == 1e-5
+    assert "wrote backends.ccl into" in capsys.readouterr().out
+    # measuring it again replaces the overlay; a missing profile is an error that says what to run first
+    assert calibrate_main(["--backend", "ccl", "--out", str(path)]) == 0
+    assert list(json.loads(path.read_text())["backends"]) == ["ccl"]
+    assert calibrate_main(["--backend", "ccl", "--out", str(tmp_path / "none.json")]) == 2
+    assert "run `sarlab calibrate --out" in capsys.readouterr().err
+
+
+def test_commbench_runs_over_ccl():
+    """The message benchmark itself over oneCCL: 2 ranks, one repeat, a ring and an all-to-all of 256 bytes and one
+    all-reduce (skipped where oneCCL is not installed)."""
+    ccl = pytest.importorskip("sarlab.kernels.ccl")
+    ok, reason = ccl.available()
+    if not ok:
+        pytest.skip(reason)
+    ccl.load()  # build once here, not in both ranks at once
+    from sarlab.simulator.calibration.hostbench import launch_commbench
+
+    result = launch_commbench(2, 1, [256], timeout=120, backend="ccl", allreduce_sizes=(8,))
+    assert result["backend"] == "ccl" and result["world"] == 2
+    assert set(result["medians"]) == {"ring:256", "alltoall:256"}
+    assert all(m["ops"] == 2 and m["wall_s"] > 0 and m["post_s"] >= 0 for m in result["medians"].values())
+    assert list(result["allreduce_wall_s"]) == ["8"] and result["allreduce_wall_s"]["8"] > 0
