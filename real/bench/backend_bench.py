@@ -19,7 +19,8 @@ with a 1 Gbit/s full-duplex link), in this order:
 
 Each backend runs with its defaults (ccl: :data:`sarlab.kernels.ccl.ENV_DEFAULTS`, unless set in the environment).
 Writes into DIR (refusing to replace files): ``backends_collectives.csv``, ``backends_rounds.csv``,
-``backends_epochs.csv`` (every metric record, with ``backend`` and ``net`` columns), ``backends_bench.json`` (the
+``backends_epochs.csv`` (every metric record, with ``backend`` and ``net`` columns; the partitions' manifests in
+``backends_epochs_manifests/``, for ``sarlab simulate --validate``), ``backends_bench.json`` (the
 command, date, CPU, torch, oneCCL version, ``/proc/loadavg`` before and after every phase), then the tables and the
 plot of :mod:`sarlab.executor.bench.backend_report`.
 """
@@ -251,7 +252,9 @@ def main(argv: list[str] | None = None) -> int:
                                     models=tuple(a.models.split(",")), modes=tuple(a.modes.split(",")),
                                     epochs=a.epochs, net=net, backends=BACKENDS, timeout_s=120.0,
                                     hidden=a.hidden, layers=a.layers)
-            parts.append(run_engine_bench(cfg, log=lambda line: print(line, flush=True)))
+            # the partitions' manifests beside the records: `sarlab simulate --validate` finds them there
+            parts.append(run_engine_bench(cfg, log=lambda line: print(line, flush=True),
+                                          manifests=os.path.join(a.out, EPOCH_FILE[:-4] + "_manifests")))
             pd.concat(parts, ignore_index=True).to_csv(os.path.join(a.out, EPOCH_FILE), index=False)
     phase("done", "-")
     with open(os.path.join(a.out, META_FILE), "w") as f:
