@@ -21,7 +21,7 @@ Each backend runs with its defaults (ccl: :data:`sarlab.kernels.ccl.ENV_DEFAULTS
 Writes into DIR (refusing to replace files): ``backends_collectives.csv``, ``backends_rounds.csv``,
 ``backends_epochs.csv`` (every metric record, with ``backend`` and ``net`` columns; the partitions' manifests in
 ``backends_epochs_manifests/``, for ``sarlab simulate --validate``), ``backends_bench.json`` (the
-command, date, CPU, torch, oneCCL version, ``/proc/loadavg`` before and after every phase), then the tables and the
+command, date, CPU, torch, oneCCL version, the load averages before and after every phase), then the tables and the
 plot of :mod:`sarlab.executor.bench.backend_report`.
 """
 from __future__ import annotations
@@ -107,33 +107,17 @@ def collectives(net: str, reps: int, timeout_s: float) -> list[dict]:
     """The collectives phase on ``net``: 2 ranks (one per emulated host); returns the rows."""
     import tempfile
 
-    from sarlab.executor.launch import netns
-    from sarlab.executor.launch.launcher import worker_env
-    from sarlab.executor.launch.netspec import NetSpec
+    from sarlab.executor.calibration.roundbench import rank_hosts
     from sarlab.simulator.calibration.ranks import run_ranks
 
-    spec = NetSpec.parse(net)
-    network = netns.EmulatedNetwork(NetSpec(spec.kind, spec.rate_bps, 2), 2) if spec.emulated else None
-    host = network.address(0) if network else "127.0.0.1"
-    port = netns.MASTER_PORT if network else 29000 + os.getpid() % 1000
     fd, out = tempfile.mkstemp(prefix="sarlab-backend-bench-", suffix=".csv")
     os.close(fd)
-
-    def env(rank: int) -> dict[str, str]:
-        return {**worker_env(rank, 2, host, port), **(network.env(rank) if network else {})}
-
-    def command(rank: int) -> list[str]:
-        return [*(network.command(rank) if network else []), sys.executable, "-m", __spec__.name, "--child",
-                "--reps", str(reps), "--out", out]
-
     try:
-        if network is not None:
-            network.create()
-        run_ranks(2, command, env, "backend_bench collectives", timeout_s)
+        with rank_hosts(net, 2) as (env, prefix, _):
+            run_ranks(2, lambda rank: [*prefix(rank), sys.executable, "-m", __spec__.name, "--child", "--reps",
+                                       str(reps), "--out", out], env, "backend_bench collectives", timeout_s)
         rows = _read_csv(out)
     finally:
-        if network is not None:
-            network.destroy()
         os.remove(out)
     return [{"net": net, **r} for r in rows]
 
@@ -151,11 +135,6 @@ def rounds(net: str, reps: int, world: int, nbytes: int, timeout_s: float) -> li
                 rows.append({"net": net, "pattern": pattern, "workers": world, "bytes": nbytes, "backend": backend,
                              "rep": rep, "pass_s": row["pass_s"], "round_s": row["round_s"]})
     return rows
-
-
-def _loadavg() -> str:
-    with open("/proc/loadavg") as f:
-        return f.read().strip()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -218,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import torch
 
-    from sarlab.core.machine import cpu_model
+    from sarlab.core.machine import cpu_model, load_averages
     from sarlab.kernels import ccl
 
     meta = {"command": " ".join([p.prog, *(argv if argv is not None else sys.argv[1:])]),
@@ -229,8 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
 
     def phase(name: str, net: str) -> None:
-        meta["load"].append({"phase": name, "net": net, "at_s": round(time.perf_counter() - t0), "loadavg": _loadavg()})
-        print(f"[{time.perf_counter() - t0:6.0f}s] {name} on {net} (load {_loadavg()})", flush=True)
+        load = load_averages()
+        meta["load"].append({"phase": name, "net": net, "at_s": round(time.perf_counter() - t0), "loadavg": load})
+        print(f"[{time.perf_counter() - t0:6.0f}s] {name} on {net} (load {load})", flush=True)
 
     for net in nets:
         if "collectives" not in a.skip:

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from sarlab.core.machine import cpu_model, today, usable_cores
+from sarlab.core.machine import cpu_model, load_averages, today, usable_cores
 from sarlab.core.memory import tune_malloc
 from sarlab.executor.calibration.progressbench import ROWS, spread_table
 from sarlab.simulator.calibration.calibration import Calibration, Findings
@@ -221,15 +221,6 @@ def _fit_engine(cal: Calibration, found: Findings, profile: Profile) -> Profile:
                    notes=(*profile.notes, note))  # fmt: skip
 
 
-def _loadavg() -> str:
-    """``/proc/loadavg``'s first three fields ('' where there is none)."""
-    try:
-        with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return ""
-
-
 def calibrate_backend(cal: Calibration, backend: str, command: str = "") -> dict[str, Any]:
     """Measure this machine's links and message software costs over ``backend`` (step 4 alone: netbench, then
     commbench on 2, 4 and 8 ranks) and return them as that backend's overlay
@@ -239,7 +230,7 @@ def calibrate_backend(cal: Calibration, backend: str, command: str = "") -> dict
     if backend == BASE_BACKEND:
         raise ValueError(f"{BASE_BACKEND} is the profile's own communication; `sarlab calibrate` measures it")
     found = Findings()
-    start, load_before = time.perf_counter(), _loadavg()
+    start, load_before = time.perf_counter(), load_averages()
     cal.log(f"[calibrate --backend {backend} 1/2] point-to-point (2 local processes) ...")
     link, _, cpu_per_byte = _measure_network(replace(cal, network=True), found, backend)
     if link is ASSUMED_LINK:
@@ -254,7 +245,7 @@ def calibrate_backend(cal: Calibration, backend: str, command: str = "") -> dict
     overlay["notes"] = (f"links and message costs measured over {backend} on 127.0.0.1 (netbench, commbench); "
                         "inter_host = intra_host", *found.notes)
     overlay["meta"] = {"backend": backend, "machine": cpu_model(), "date": today(), "torch": torch.__version__,
-                       "command": command, "loadavg_before": load_before, "loadavg_after": _loadavg(),
+                       "command": command, "loadavg_before": load_before, "loadavg_after": load_averages(),
                        "cores": usable_cores(), "quick": cal.quick,
                        "seconds": round(time.perf_counter() - start, 2), "raw": jsonable(found.raw)}
     return overlay

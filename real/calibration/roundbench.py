@@ -43,6 +43,7 @@ and a quiet machine (the 2026-11-24 numbers were taken under a 1-min load of 5-1
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -53,7 +54,9 @@ import sys
 import tempfile
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from sarlab.paths import package_parent
 from sarlab.simulator.calibration.ranks import run_ranks
@@ -233,10 +236,13 @@ def qdisc_drops(network) -> dict[str, int]:
     return totals
 
 
-def measure(net: str, world: int, patterns: list[str], nbytes: int, repeats: int, spin_s: float, rounds: int = 0,
-            timeout_s: float = 300.0, backend: str = "gloo") -> dict:
-    """Start ``world`` ranks on ``net`` (``loopback`` or ``veth:rate=R``, one host per rank), run the patterns,
-    return the samples and the qdiscs' drops."""
+@contextlib.contextmanager
+def rank_hosts(net: str, world: int) -> Iterator[tuple[Callable[[int], dict[str, str]], Callable[[int], list[str]],
+                                                       Any]]:
+    """Where ``world`` ranks run on ``net``: all on 127.0.0.1 (``loopback``) or one emulated host each
+    (``veth:rate=R``; the hosts are created here and removed on exit). Yields ``(env, prefix, network)``: the
+    environment of rank ``r`` (env:// variables and the host's interface variables), the command prefix that runs it
+    on its host, and the :class:`~sarlab.executor.launch.netns.EmulatedNetwork` (None on loopback)."""
     from sarlab.executor.launch import netns
     from sarlab.executor.launch.launcher import worker_env
     from sarlab.executor.launch.netspec import NetSpec
@@ -246,31 +252,42 @@ def measure(net: str, world: int, patterns: list[str], nbytes: int, repeats: int
     if spec.emulated:
         netns.check_host()
         network = netns.EmulatedNetwork(NetSpec(spec.kind, spec.rate_bps, world), world)
-    out = tempfile.mktemp(prefix="roundbench-", suffix=".json")
+    host = network.address(0) if network is not None else "127.0.0.1"
     port = netns.MASTER_PORT if network is not None else 29000 + os.getpid() % 1000
 
     def env(rank: int) -> dict[str, str]:
-        found = worker_env(rank, world, network.address(0) if network else "127.0.0.1", port)
-        if network is not None:
-            found.update(network.env(rank))
-        return found
+        return {**worker_env(rank, world, host, port), **(network.env(rank) if network is not None else {})}
 
-    def command(rank: int) -> list[str]:
-        prefix = network.command(rank) if network is not None else []
+    def prefix(rank: int) -> list[str]:
+        return network.command(rank) if network is not None else []
+
+    try:
+        if network is not None:
+            network.create()
+        yield env, prefix, network
+    finally:
+        if network is not None:
+            network.destroy()
+
+
+def measure(net: str, world: int, patterns: list[str], nbytes: int, repeats: int, spin_s: float, rounds: int = 0,
+            timeout_s: float = 300.0, backend: str = "gloo") -> dict:
+    """Start ``world`` ranks on ``net`` (``loopback`` or ``veth:rate=R``, one host per rank), run the patterns,
+    return the samples and the qdiscs' drops."""
+    out = tempfile.mktemp(prefix="roundbench-", suffix=".json")
+
+    def command(prefix: list[str]) -> list[str]:
         return [*prefix, sys.executable, "-m", "sarlab.executor.calibration.roundbench", "--child", "--patterns",
                 ",".join(patterns),
                 "--bytes", str(nbytes), "--repeats", str(repeats), "--spin-ms", str(spin_s * 1e3),
                 "--rounds", str(rounds), "--samples", out, "--backend", backend]
 
     try:
-        if network is not None:
-            network.create()
-        run_ranks(world, command, env, "roundbench", timeout_s)
-        drops = qdisc_drops(network) if network is not None else {}
+        with rank_hosts(net, world) as (env, prefix, network):
+            run_ranks(world, lambda rank: command(prefix(rank)), env, "roundbench", timeout_s)
+            drops = qdisc_drops(network) if network is not None else {}
         return {"samples": json.loads(Path(out).read_text()), "qdisc_drops": drops}
     finally:
-        if network is not None:
-            network.destroy()
         if os.path.exists(out):
             os.remove(out)
 

@@ -37,6 +37,14 @@ def load_1min() -> float:
         return float("nan")
 
 
+def load_averages() -> str:
+    """The 1-, 5- and 15-minute load averages as ``/proc/loadavg`` writes them (``''`` where the OS has none)."""
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return ""
+
+
 def today() -> str:
     """Today's date in UTC, ``YYYY-MM-DD``."""
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
