@@ -13,7 +13,7 @@ from test_simulator_fixtures import hand_profile, run1, two_parts, write_manifes
 
 import sarlab.executor.commands.simulate_cmd as simulate_cmd
 from sarlab.executor.commands.simulate_cmd import calibrate_main, simulate_main
-from sarlab.simulator.hardware.backends import COMM_FIELDS
+from sarlab.simulator.hardware.backends import COMM_FIELDS, OVERLAY_FIELDS
 from sarlab.simulator.hardware.profile import Link, Profile, load_profile, save_profile
 from sarlab.simulator.hardware.provenance import resolve_profile, shipped_profiles
 from sarlab.simulator.studies.sweep import simulate_sweep
@@ -35,9 +35,10 @@ def with_ccl(profile: Profile | None = None, **extra) -> Profile:
 
 
 def test_overlay_round_trips_through_json(tmp_path):
-    prof = with_ccl(p2p_op_s=3e-5, p2p_cpu_s_per_byte=1e-10)
+    prof = with_ccl(p2p_op_s=3e-5, p2p_cpu_s_per_byte=1e-10, progress_spread={2: 0.01, 8: 0.02})
     path = save_profile(prof, tmp_path / "p.json")
     raw = json.loads(path.read_text())
+    assert raw["backends"]["ccl"]["progress_spread"] == {"2": 0.01, "8": 0.02}
     assert raw["backends"]["ccl"]["intra_host"] == {"latency_s": 1.0 + 1e-3, "bandwidth_Bps": 1e6, "gap_s": 2e-4}
     assert raw["backends"]["ccl"]["p2p_call_s"] == 0.5 and raw["backends"]["ccl"]["notes"] == ["measured by hand"]
     back = load_profile(path)
@@ -55,14 +56,16 @@ def test_overlay_round_trips_through_json(tmp_path):
 def test_for_backend_replaces_exactly_the_comm_fields():
     base = replace(hand_profile(), round_jitter_s=1e-5, p2p_msg_cpu_s=2e-6, notes=("base note",),
                    meta={"machine": "hand"})  # fmt: skip
-    prof = with_ccl(base, p2p_wait_s=7e-6)
+    base = replace(base, progress_spread={2: 0.05, 4: 0.09})
+    prof = with_ccl(base, p2p_wait_s=7e-6, progress_spread={"2": 0.01, "4": 0.02})
     assert prof.for_backend("gloo") is prof  # gloo: the profile itself
     ccl = prof.for_backend("ccl")
-    overlay = {"intra_host": SLOW, "inter_host": SLOW, "p2p_call_s": 0.5, "p2p_wait_s": 7e-6}
+    overlay = {"intra_host": SLOW, "inter_host": SLOW, "p2p_call_s": 0.5, "p2p_wait_s": 7e-6,
+               "progress_spread": {2: 0.01, 4: 0.02}}
     for f in fields(Profile):
         got, old = getattr(ccl, f.name), getattr(base, f.name)
         if f.name in overlay:
-            assert f.name in COMM_FIELDS and got == overlay[f.name], f.name
+            assert f.name in OVERLAY_FIELDS and got == overlay[f.name], f.name
         elif f.name == "notes":
             assert got == ("base note", "[ccl] measured by hand")
         elif f.name == "meta":
@@ -89,6 +92,8 @@ def test_unknown_and_unmeasured_backends_are_one_line_errors():
         replace(hand_profile(), backends={"gloo": {"p2p_call_s": 1.0}})
     with pytest.raises(ValueError, match=">= 0"):
         replace(hand_profile(), backends={"ccl": {"p2p_op_s": -1.0}})
+    with pytest.raises(ValueError, match="spreads >= 0"):
+        replace(hand_profile(), backends={"ccl": {"progress_spread": {4: -0.1}}})
 
 
 def test_ccl_prices_its_own_links_and_calls_by_hand():

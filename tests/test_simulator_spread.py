@@ -112,9 +112,17 @@ def test_both_executors_book_the_same_spread():
 
 
 @pytest.mark.timeout(180)
-def test_progressbench_measures_a_spread():
-    """Two real ranks, small shards: per rank one time per round, and a summary consistent with them."""
-    times = measure(2, calls=1, rounds=4, rows=2000, degree=8, width=32)
+@pytest.mark.parametrize("backend", ["gloo", "ccl"])
+def test_progressbench_measures_a_spread(backend):
+    """Two real ranks, small shards, joined over each backend (ccl: skipped where oneCCL is not installed): per rank
+    one time per round, and a summary consistent with them."""
+    if backend == "ccl":
+        ccl = pytest.importorskip("sarlab.kernels.ccl")
+        ok, reason = ccl.available()
+        if not ok:
+            pytest.skip(reason)
+        ccl.load()  # build once here, not in both ranks at once
+    times = measure(2, calls=1, rounds=4, rows=2000, degree=8, width=32, backend=backend)
     assert len(times) == 2 and all(len(t) == 4 and min(t) > 0 for t in times)
     row = summarize(times)
     rounds = list(zip(*times))

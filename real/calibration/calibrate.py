@@ -17,8 +17,8 @@ The steps, in order (each a :func:`sarlab.simulator.calibration.harness.quiet_st
 5. real single-worker engine epochs for the compute scale
    (:func:`sarlab.simulator.calibration.engine_runs.bench_engine`).
 
-:func:`calibrate_backend` runs step 4's link and message benchmarks alone over another backend (``ccl``) and returns
-them as that backend's overlay (:mod:`sarlab.simulator.hardware.backends`), which ``sarlab calibrate --backend``
+:func:`calibrate_backend` runs step 4's link, message and progress benchmarks alone over another backend (``ccl``) and
+returns them as that backend's overlay (:mod:`sarlab.simulator.hardware.backends`), which ``sarlab calibrate --backend``
 adds to an existing profile.
 
 A calibration whose thread efficiencies are implausible for the core count
@@ -175,17 +175,18 @@ def _measure_messages(cal: Calibration, found: Findings, backend: str = "gloo") 
     return {k: v for k, v in fit.items() if k.startswith("p2p_")}
 
 
-def _measure_spread(cal: Calibration, found: Findings, cores: int) -> dict[int, float]:
-    """Step 4c: how unevenly ``P = C, 2C, 4C`` time-shared single-thread ranks progress between barriers
-    (:mod:`sarlab.executor.calibration.progressbench`), as the ``sigma_P`` of :mod:`sarlab.simulator.system.spread`.
-    Empty when gloo fails or is disabled."""
+def _measure_spread(cal: Calibration, found: Findings, cores: int, backend: str = BASE_BACKEND) -> dict[int, float]:
+    """Step 4c: how unevenly ``P = C, 2C, 4C`` time-shared single-thread ranks, joined over ``backend``, progress
+    between barriers (:mod:`sarlab.executor.calibration.progressbench`), as the ``sigma_P`` of
+    :mod:`sarlab.simulator.system.spread`. Empty when the backend fails or the network steps are disabled."""
     if not cal.network:
         return {}
     counts = sorted({max(2, cores), 2 * cores, 4 * cores})
     rounds = 10 if cal.quick else 40
     try:
-        table = spread_table(counts, SPREAD_CALLS, rounds, log=cal.log, rows=ROWS // 8 if cal.quick else ROWS)
-    except Exception as err:  # noqa: BLE001 - keep the rest of the calibration if gloo fails
+        table = spread_table(counts, SPREAD_CALLS, rounds, log=cal.log, rows=ROWS // 8 if cal.quick else ROWS,
+                             backend=backend)
+    except Exception as err:  # noqa: BLE001 - keep the rest of the calibration if the backend fails
         found.notes.append(f"progress spread not measured ({type(err).__name__}: {err}): even progress")
         return {}
     found.raw["progress_spread"] = {str(p): row for p, row in table.items()}
@@ -193,7 +194,8 @@ def _measure_spread(cal: Calibration, found: Findings, cores: int) -> dict[int, 
     cal.log("    progress spread sigma_P (fitted to the slowest / mean loss): "
             + ", ".join(f"P={p}: {v:.3f}" for p, v in fitted.items()))
     found.notes.append(f"progress_spread: P = {counts} single-thread ranks, {SPREAD_CALLS} engine SpMM calls per "
-                       f"round ({rounds} rounds) then a barrier (progressbench); sigma fitted by spread.fit_sigma")
+                       f"round ({rounds} rounds) then a {backend} barrier (progressbench); sigma fitted by "
+                       "spread.fit_sigma")
     return fitted
 
 
@@ -222,28 +224,33 @@ def _fit_engine(cal: Calibration, found: Findings, profile: Profile) -> Profile:
 
 
 def calibrate_backend(cal: Calibration, backend: str, command: str = "") -> dict[str, Any]:
-    """Measure this machine's links and message software costs over ``backend`` (step 4 alone: netbench, then
-    commbench on 2, 4 and 8 ranks) and return them as that backend's overlay
+    """Measure this machine's links, message software costs and progress spread over ``backend`` (step 4 alone:
+    netbench, commbench on 2, 4 and 8 ranks, progressbench) and return them as that backend's overlay
     (:mod:`sarlab.simulator.hardware.backends`): the fields of
-    :data:`~sarlab.simulator.hardware.backends.COMM_FIELDS` it measured, ``notes`` and ``meta`` (date, machine,
+    :data:`~sarlab.simulator.hardware.backends.OVERLAY_FIELDS` it measured, ``notes`` and ``meta`` (date, machine,
     command, load before and after, raw timings). Raises RuntimeError when the backend cannot be measured."""
     if backend == BASE_BACKEND:
         raise ValueError(f"{BASE_BACKEND} is the profile's own communication; `sarlab calibrate` measures it")
     found = Findings()
     start, load_before = time.perf_counter(), load_averages()
-    cal.log(f"[calibrate --backend {backend} 1/2] point-to-point (2 local processes) ...")
+    cal.log(f"[calibrate --backend {backend} 1/3] point-to-point (2 local processes) ...")
     link, _, cpu_per_byte = _measure_network(replace(cal, network=True), found, backend)
     if link is ASSUMED_LINK:
         raise RuntimeError(f"{backend} point-to-point could not be measured: {found.notes[-1]}")
     worlds = ", ".join(map(str, message_worlds(cal)))
-    cal.log(f"[calibrate --backend {backend} 2/2] message costs on {worlds} local ranks ...")
+    cal.log(f"[calibrate --backend {backend} 2/3] message costs on {worlds} local ranks ...")
     messages = _measure_messages(replace(cal, network=True), found, backend)
     if not messages:
         raise RuntimeError(f"{backend} message costs could not be measured: {found.notes[-1]}")
     overlay: dict[str, Any] = {"intra_host": link, "inter_host": link, "p2p_cpu_s_per_byte": cpu_per_byte,
                                **messages}
-    overlay["notes"] = (f"links and message costs measured over {backend} on 127.0.0.1 (netbench, commbench); "
-                        "inter_host = intra_host", *found.notes)
+    cores = cal.threads or usable_cores()
+    cal.log(f"[calibrate --backend {backend} 3/3] progress of ranks sharing {cores} cores ...")
+    spread = _measure_spread(replace(cal, network=True), found, cores, backend)
+    if spread:
+        overlay["progress_spread"] = spread
+    overlay["notes"] = (f"links, message costs and progress spread measured over {backend} on 127.0.0.1 "
+                        "(netbench, commbench, progressbench); inter_host = intra_host", *found.notes)
     overlay["meta"] = {"backend": backend, "machine": cpu_model(), "date": today(), "torch": torch.__version__,
                        "command": command, "loadavg_before": load_before, "loadavg_after": load_averages(),
                        "cores": usable_cores(), "quick": cal.quick,

@@ -1,11 +1,13 @@
 """How evenly time-shared workers progress between two syncs (``python -m sarlab.executor.calibration.progressbench``).
 
-``P`` single-thread ranks on loopback (gloo) run the engine's SpMM (:meth:`sarlab.core.shards.Shard.spmm`, C++ where
-built) on a random shard of ``--rows`` rows, ``--degree`` in-edges per row and ``--width`` features, ``--calls``
-calls per round, then all join a one-element all-reduce (a barrier), ``--rounds`` rounds after one warm-up round.
-Each rank times the wall clock of its round's compute. With ``P`` no larger than the cores the ranks' times agree
-within a few per cent; with ``P`` above them the OS time-slices memory-bound processes unevenly, and since every
-round ends at its slowest rank, that unevenness becomes waiting. Per ``P`` the result has
+``P`` single-thread ranks on loopback (joined over gloo, or ``--backend ccl``) run the engine's SpMM
+(:meth:`sarlab.core.shards.Shard.spmm`, C++ where built) on a random shard of ``--rows`` rows, ``--degree``
+in-edges per row and ``--width`` features, ``--calls`` calls per round, then all join a one-element all-reduce (a
+barrier), ``--rounds`` rounds after one warm-up round. Each rank times the wall clock of its round's compute. With
+``P`` no larger than the cores the ranks' times agree within a few per cent; with ``P`` above them the OS time-slices
+memory-bound processes unevenly, and since every round ends at its slowest rank, that unevenness becomes waiting.
+How a backend waits at the barrier (gloo's threads sleep in the kernel, oneCCL's worker polls) changes the
+unevenness, so the ccl overlay of a profile has its own table. Per ``P`` the result has
 
 .. math::
     \\sigma_P = \\operatorname{median}_k \\frac{\\operatorname{std}_r c_{rk}}{\\operatorname{mean}_r c_{rk}}, \\qquad
@@ -29,23 +31,26 @@ import tempfile
 import time
 from pathlib import Path
 
+from sarlab.simulator.calibration.harness import BENCH_BACKENDS
 from sarlab.simulator.calibration.ranks import run_ranks
 
 #: the shard of one round's work: about a c11 GCN shard at N = 8 (13,750 rows, degree 28, width 240)
 ROWS, DEGREE, WIDTH = 14_000, 28, 240
 
 
-def _child(rows: int, degree: int, width: int, calls: int, rounds: int, out: str) -> None:
+def _child(rows: int, degree: int, width: int, calls: int, rounds: int, out: str, backend: str = "gloo") -> None:
     """One rank: ``rounds + 1`` rounds of ``calls`` SpMM calls, each followed by a barrier; writes its times."""
     import torch
     import torch.distributed as dist
 
+    from sarlab.core.comm import prepare_backend
     from sarlab.core.memory import tune_malloc
     from sarlab.simulator.calibration.opbench import random_shard
 
     torch.set_num_threads(1)
     tune_malloc(threshold=1 << 17)  # the engine's malloc settings
-    dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=300))
+    prepare_backend(backend)
+    dist.init_process_group(backend, init_method="env://", timeout=datetime.timedelta(seconds=300))
     rank = dist.get_rank()
     shard = random_shard(rows, degree, torch.Generator().manual_seed(rank))
     x, state = torch.randn(rows, width), torch.zeros(rows, width)
@@ -62,8 +67,9 @@ def _child(rows: int, degree: int, width: int, calls: int, rounds: int, out: str
 
 
 def measure(workers: int, calls: int, rounds: int, rows: int = ROWS, degree: int = DEGREE, width: int = WIDTH,
-            timeout_s: float = 600.0) -> list[list[float]]:
-    """``c[r][k]``: rank ``r``'s compute wall seconds in round ``k`` (``workers`` ranks on loopback)."""
+            timeout_s: float = 600.0, backend: str = "gloo") -> list[list[float]]:
+    """``c[r][k]``: rank ``r``'s compute wall seconds in round ``k`` (``workers`` ranks on loopback, joined over
+    ``backend``)."""
     from sarlab.executor.launch.launcher import worker_env
 
     out = tempfile.mktemp(prefix="progressbench-")
@@ -71,8 +77,8 @@ def measure(workers: int, calls: int, rounds: int, rows: int = ROWS, degree: int
 
     def command(rank: int) -> list[str]:
         return [sys.executable, "-m", "sarlab.executor.calibration.progressbench", "--child", "--rows", str(rows),
-                "--degree",
-                str(degree), "--width", str(width), "--calls", str(calls), "--rounds", str(rounds), "--samples", out]
+                "--degree", str(degree), "--width", str(width), "--calls", str(calls), "--rounds", str(rounds),
+                "--samples", out, "--backend", backend]
 
     try:
         run_ranks(workers, command, lambda rank: worker_env(rank, workers, "127.0.0.1", port), "progressbench",
@@ -94,12 +100,12 @@ def summarize(times: list[list[float]]) -> dict[str, float]:
             "round_s": mean / len(rounds), "slowest_round_s": slowest / len(rounds)}
 
 
-def spread_table(worker_counts: list[int], calls: int, rounds: int, log=print, rows: int = ROWS
-                 ) -> dict[int, dict[str, float]]:
+def spread_table(worker_counts: list[int], calls: int, rounds: int, log=print, rows: int = ROWS,
+                 backend: str = "gloo") -> dict[int, dict[str, float]]:
     """:func:`summarize` of one :func:`measure` per worker count."""
     table = {}
     for p in worker_counts:
-        table[p] = summarize(measure(p, calls, rounds, rows=rows))
+        table[p] = summarize(measure(p, calls, rounds, rows=rows, backend=backend))
         row = table[p]
         log(f"    P={p}: round {row['round_s'] * 1e3:.1f} ms, spread sigma {row['sigma']:.3f} "
             f"(mean {row['sigma_mean']:.3f}), slowest / mean {row['loss']:.3f}")
@@ -115,17 +121,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=ROWS)
     parser.add_argument("--degree", type=int, default=DEGREE)
     parser.add_argument("--width", type=int, default=WIDTH)
+    parser.add_argument("--backend", default="gloo", choices=BENCH_BACKENDS,
+                        help="torch.distributed backend the ranks join (default gloo)")
     parser.add_argument("--out", help="write the table as JSON here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--samples", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        _child(args.rows, args.degree, args.width, args.calls, args.rounds, args.samples)
+        _child(args.rows, args.degree, args.width, args.calls, args.rounds, args.samples, args.backend)
         return 0
     counts = [int(p) for p in args.workers.split(",") if p.strip()]
     if not counts or min(counts) < 1 or min(args.calls, args.rounds) < 1:
         parser.error("--workers needs counts >= 1; --calls and --rounds must be >= 1")
-    table = spread_table(counts, args.calls, args.rounds, rows=args.rows)
+    table = spread_table(counts, args.calls, args.rounds, rows=args.rows, backend=args.backend)
     if args.out:
         Path(args.out).write_text(json.dumps({"calls": args.calls, "rounds": args.rounds, "rows": args.rows,
                                               "degree": args.degree, "width": args.width,

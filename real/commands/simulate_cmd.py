@@ -100,8 +100,9 @@ def calibrate_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default="local", help="profile name (default: %(default)s)")
     p.add_argument("--backend", default=BASE_BACKEND, choices=("gloo", "ccl"),
                    help="gloo (default): the whole calibration, its links and message costs over gloo; ccl: only the "
-                   "links and message costs, measured over oneCCL and added to the existing profile at --out as its "
-                   "backends.ccl overlay (nothing else in it changes; `sarlab simulate --backend ccl` prices with it)")
+                   "links, message costs and progress spread, measured over oneCCL and added to the existing profile "
+                   "at --out as its backends.ccl overlay (nothing else in it changes; `sarlab simulate --backend ccl` "
+                   "prices with it)")
     p.add_argument("--json", metavar="PATH", help="also write a machine-readable summary here")
     return p
 

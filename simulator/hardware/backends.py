@@ -1,14 +1,16 @@
 """Per-backend communication overlays of a profile: what the links and message software cost over another
-torch.distributed backend than gloo.
+torch.distributed backend than gloo, and how evenly ranks joined by it progress on shared cores.
 
-A profile's own link and message fields (:data:`COMM_FIELDS`) are gloo's, what ``sarlab calibrate`` measures by
-default. ``Profile.backends`` maps another backend's name to an overlay: some or all of :data:`COMM_FIELDS`,
-measured over that backend by the same benchmarks (``sarlab calibrate --backend NAME``:
-:mod:`sarlab.simulator.calibration.netbench` and :mod:`sarlab.simulator.calibration.commbench`), plus its
-provenance (``notes``: lines; ``meta``: date, command, load). :func:`for_backend` returns the profile with the
-overlay's fields in place of its own and everything else (op costs, memory, placement, progress spread) unchanged.
-In JSON an overlay is an object under the profile's ``backends`` key, links as ``{latency_s, bandwidth_Bps,
-gap_s}`` objects; profiles without the key load as gloo-only.
+A profile's own link, message and progress-spread fields (:data:`OVERLAY_FIELDS`) are gloo's, what ``sarlab
+calibrate`` measures by default. ``Profile.backends`` maps another backend's name to an overlay: some or all of
+:data:`OVERLAY_FIELDS`, measured over that backend by the same benchmarks (``sarlab calibrate --backend NAME``:
+:mod:`sarlab.simulator.calibration.netbench`, :mod:`sarlab.simulator.calibration.commbench` and
+:mod:`sarlab.executor.calibration.progressbench`), plus its provenance (``notes``: lines; ``meta``: date, command,
+load). The progress spread belongs here because it depends on how a rank waits at a barrier (gloo's threads sleep in
+the kernel, oneCCL's worker polls), not only on the compute. :func:`for_backend` returns the profile with the
+overlay's fields in place of its own and everything else (op costs, memory, placement) unchanged. In JSON an overlay
+is an object under the profile's ``backends`` key, links as ``{latency_s, bandwidth_Bps, gap_s}`` objects, the
+spread as ``{P: sigma}``; profiles without the key load as gloo-only.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ BASE_BACKEND = "gloo"
 COMM_FIELDS = ("intra_host", "inter_host", "p2p_call_s", "p2p_op_s", "p2p_wait_s", "p2p_msg_cpu_s",
                "p2p_cpu_s_per_byte", "round_jitter_s")
 LINK_FIELDS = ("intra_host", "inter_host")
+#: the progress spread of ranks sharing a host's cores, ``{P: sigma_P}`` (:mod:`sarlab.simulator.system.spread`)
+SPREAD_FIELDS = ("progress_spread",)
+#: every field an overlay may replace
+OVERLAY_FIELDS = COMM_FIELDS + SPREAD_FIELDS
 #: an overlay's provenance keys (not priced)
 PROVENANCE_KEYS = ("notes", "meta")
 
@@ -40,10 +46,10 @@ def known_backends() -> tuple[str, ...]:
 def overlay_from_json(name: str, d: dict[str, Any], link_type: type) -> dict[str, Any]:
     """An overlay read from JSON (links as ``link_type``, :class:`~sarlab.simulator.hardware.profile.Link`; costs as
     floats); raises ValueError naming an unknown field."""
-    unknown = sorted(set(d) - set(COMM_FIELDS) - set(PROVENANCE_KEYS))
+    unknown = sorted(set(d) - set(OVERLAY_FIELDS) - set(PROVENANCE_KEYS))
     if unknown:
         raise ValueError(f"backend overlay {name!r} has fields {unknown} that are not communication fields; "
-                         f"an overlay may set {', '.join(COMM_FIELDS)} (and notes, meta)")
+                         f"an overlay may set {', '.join(OVERLAY_FIELDS)} (and notes, meta)")
     out: dict[str, Any] = {}
     for key, value in d.items():
         if key in LINK_FIELDS:
@@ -53,6 +59,12 @@ def overlay_from_json(name: str, d: dict[str, Any], link_type: type) -> dict[str
             out[key] = tuple(str(line) for line in value)
         elif key == "meta":
             out[key] = dict(value)
+        elif key in SPREAD_FIELDS:
+            table = {int(p): float(v) for p, v in dict(value).items()}
+            if any(p < 1 or v < 0 for p, v in table.items()):
+                raise ValueError(f"backend overlay {name!r}: {key} needs worker counts >= 1 and spreads >= 0, "
+                                 f"got {table}")
+            out[key] = table
         else:
             value = float(value)
             if value < 0:
@@ -69,6 +81,8 @@ def overlay_to_json(overlay: dict[str, Any]) -> dict[str, Any]:
             out[key] = {"latency_s": value.latency_s, "bandwidth_Bps": value.bandwidth_Bps, "gap_s": value.gap_s}
         elif key == "notes":
             out[key] = list(value)
+        elif key in SPREAD_FIELDS:
+            out[key] = {str(p): v for p, v in value.items()}
         else:
             out[key] = value
     return out
@@ -106,7 +120,7 @@ def for_backend(profile: Profile, name: str) -> Profile:
             f"{', '.join(measured_backends(profile))}); measure them with `sarlab calibrate --backend {name} --out "
             "PROFILE.json` (adds a backends." + name + " overlay to that profile, nothing else changes)")
     overlay = profile.backends[name]
-    fields = {k: v for k, v in overlay.items() if k in COMM_FIELDS}
+    fields = {k: v for k, v in overlay.items() if k in OVERLAY_FIELDS}
     notes = tuple(f"[{name}] {line}" for line in overlay.get("notes", ()))
     return replace(profile, **fields, backends={}, notes=(*profile.notes, *notes),
                    meta={**profile.meta, "backend": name})

@@ -190,7 +190,7 @@ class Profile:
         meta: machine description, date, torch version; ``backend``: the backend this profile's communication
             fields price (absent: gloo).
         backends: per-backend communication overlays, ``{name: {field: value, notes, meta}}`` over
-            :data:`sarlab.simulator.hardware.backends.COMM_FIELDS` (:meth:`for_backend`); empty = gloo only.
+            :data:`sarlab.simulator.hardware.backends.OVERLAY_FIELDS` (:meth:`for_backend`); empty = gloo only.
     """
 
     name: str
