@@ -21,6 +21,7 @@ import pandas as pd
 
 from sarlab.data.graphs import load_graph
 from sarlab.data.partition import is_partition_dir, partition
+from sarlab.simulator.hardware.backends import backend_of
 from sarlab.simulator.hardware.profile import Profile
 from sarlab.simulator.hardware.provenance import profile_line, resolve_profile
 from sarlab.simulator.network.linkprofile import LinkProfile, read_link_profile
@@ -211,6 +212,7 @@ def plan(
     profile: Profile | str | None = None,
     edge_cut: float | None = None,
     progress: Callable[[str], None] | None = None,
+    backend: str = "gloo",
 ) -> dict:
     """Every (strategy x workers x resource) candidate and the three picks; the Python form of ``sarlab plan``.
 
@@ -249,8 +251,11 @@ def plan(
         profile: machine profile the resources are derived from (as :func:`simulate`).
         edge_cut: edge cut of estimate workloads.
         progress: called with progress lines (e.g. ``print``); None: quiet.
+        backend: torch.distributed backend of the runs (as :func:`simulate`): the profile's overlay of it prices the
+            message software and the links' latency and per-message gap (each resource sets the bandwidth).
     """
     base, source = _profile(profile)
+    base = base.for_backend(backend)
     if progress is not None:
         progress(profile_line(base, source))
     table = load_resources(prices)
@@ -303,7 +308,8 @@ def plan(
                  "lowest_cost": min(fits, key=lambda r: r["cost_usd"]),
                  "best_value": max(fits, key=lambda r: r["value"])}
     return {"graph": loads.spec, "model": spec.label(), "layers": spec.layers, "hidden": spec.hidden,
-            "epochs": epochs, "profile": base.name, "profile_source": source, "fanouts": list(hops),
+            "epochs": epochs, "profile": base.name, "profile_source": source, "backend": backend_of(base),
+            "fanouts": list(hops),
             "batch_size": batch_size, "staleness": staleness, "memory_per_worker_gib": memory_per_worker,
             "resources": resources_json({n: table[n] for n in names}), "candidates": rows, "picks": picks,
             "note": NOTE}

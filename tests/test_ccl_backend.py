@@ -19,6 +19,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from backends_common import require_ccl
 
 HARD_TIMEOUT_S = 240  # per test, for all children together (the first one may wait for the build)
 DEAD_PEER_TIMEOUT_S = 4  # the process group timeout in the dead-peer tests
@@ -249,12 +250,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def built():
-    ccl = pytest.importorskip("sarlab.kernels.ccl")
-    ok, reason = ccl.available()
-    if not ok:
-        pytest.skip(reason)
-    ccl.load()  # build once here, not in every child at once
-    return ccl
+    return require_ccl()  # build once here, not in every child at once
 
 
 def _spawn(

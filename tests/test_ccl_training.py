@@ -19,12 +19,8 @@ import datetime
 
 import pytest
 import torch
+from backends_common import needs_ccl, require_ccl
 from conftest import run_cli, spawn_ranks
-
-from sarlab.kernels import ccl
-
-OK, WHY = ccl.available()
-needs_ccl = pytest.mark.skipif(not OK, reason=f"ccl backend unavailable: {WHY}")
 
 CORA = "planetoid:cora"
 MODELS = "gcn,sage,gat,rgcn"
@@ -48,7 +44,7 @@ def test_missing_library_is_one_line_with_the_command(monkeypatch):
 @pytest.fixture(scope="module")
 def built():
     """Build the extension once here, so that no worker's start-up includes the build."""
-    ccl.load()
+    require_ccl()
 
 
 # ------------------------------------------------------------------------------- exactness against PyG

@@ -17,7 +17,8 @@ import tempfile
 import time
 
 import pytest
-from test_faults_cli import BACKENDS_CCL_SLOW, built, needs_ccl, processes_of
+from backends_common import BACKENDS_CCL_SLOW, built, needs_ccl
+from faults_common import processes_of
 
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.partition import partition

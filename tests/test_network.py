@@ -13,8 +13,9 @@ import sys
 
 import pytest
 import torch
+from backends_common import BACKENDS, BACKENDS_CCL_SLOW, built
 from conftest import ROOT, run_cli
-from test_faults_cli import BACKENDS, BACKENDS_CCL_SLOW, assert_nothing_left, built, run_sarlab
+from faults_common import assert_nothing_left, run_sarlab
 
 from sarlab.core.config import EngineConfig
 from sarlab.core.train import TrainConfig

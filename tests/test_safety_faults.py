@@ -14,8 +14,8 @@ import sys
 import time
 
 import pytest
+from backends_common import BACKENDS_CCL_SLOW, built
 from conftest import ROOT, run_cli
-from test_faults_cli import BACKENDS_CCL_SLOW, built
 
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.partition import partition

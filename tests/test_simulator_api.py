@@ -152,3 +152,30 @@ def test_front_door_is_lazy_and_maps_to_the_api():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert sarlab.simulate is api.simulate and sarlab.plan is api.plan
+
+
+def test_plan_prices_the_backend_overlay():
+    """``backend="ccl"`` plans with the profile's ccl overlay: its link latency, 1 s above gloo's here, reaches every
+    resource (each sets only the bandwidth), so every multi-worker candidate's epoch is at least 1 s longer (at least
+    one message on the critical path) and one worker's is unchanged (it sends nothing). A backend the profile has no
+    overlay of is the one-line error that says how to measure it."""
+    from dataclasses import replace
+
+    from sarlab.simulator.hardware.profile import Link
+
+    base, _ = provenance.resolve_profile("icelake-hdr200")
+    slow = Link(base.inter_host.latency_s + 1.0, base.inter_host.bandwidth_Bps, base.inter_host.gap_s)
+    prof = replace(base, backends={"ccl": {"inter_host": slow, "intra_host": slow}})
+    args = dict(epochs=10, max_workers=4, resources="cpu", strategies="sar,oneshot", profile=prof)
+    gloo = {(r["strategy"], r["workers"]): r for r in sarlab.plan(ESTIMATE, **args)["candidates"]}
+    result = sarlab.plan(ESTIMATE, backend="ccl", **args)
+    assert result["backend"] == "ccl"
+    ccl = {(r["strategy"], r["workers"]): r for r in result["candidates"]}
+    assert set(ccl) == set(gloo) and {w for _, w in ccl} == {1, 2, 4}
+    for key, r in ccl.items():
+        if key[1] == 1:
+            assert r["epoch_s"] == pytest.approx(gloo[key]["epoch_s"], rel=1e-12)
+        else:
+            assert r["epoch_s"] >= gloo[key]["epoch_s"] + 1.0
+    with pytest.raises(ValueError, match="no communication costs measured over backend 'ccl'"):
+        sarlab.plan(ESTIMATE, backend="ccl", **{**args, "profile": base})

@@ -9,6 +9,7 @@ from dataclasses import fields, replace
 
 import pandas as pd
 import pytest
+from backends_common import require_ccl
 from test_simulator_fixtures import hand_profile, run1, two_parts, write_manifest
 
 import sarlab.executor.commands.simulate_cmd as simulate_cmd
@@ -214,11 +215,7 @@ def test_calibrate_backend_adds_the_overlay_and_nothing_else(tmp_path, monkeypat
 def test_commbench_runs_over_ccl():
     """The message benchmark itself over oneCCL: 2 ranks, one repeat, a ring and an all-to-all of 256 bytes and one
     all-reduce (skipped where oneCCL is not installed)."""
-    ccl = pytest.importorskip("sarlab.kernels.ccl")
-    ok, reason = ccl.available()
-    if not ok:
-        pytest.skip(reason)
-    ccl.load()  # build once here, not in both ranks at once
+    require_ccl()  # build once here, not in both ranks at once
     from sarlab.simulator.calibration.hostbench import launch_commbench
 
     result = launch_commbench(2, 1, [256], timeout=120, backend="ccl", allreduce_sizes=(8,))

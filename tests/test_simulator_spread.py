@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import simpy
+from backends_common import require_ccl
 
 from sarlab.executor.calibration.progressbench import measure, summarize
 from sarlab.simulator.hardware.profile import icelake_hdr200
@@ -117,11 +118,7 @@ def test_progressbench_measures_a_spread(backend):
     """Two real ranks, small shards, joined over each backend (ccl: skipped where oneCCL is not installed): per rank
     one time per round, and a summary consistent with them."""
     if backend == "ccl":
-        ccl = pytest.importorskip("sarlab.kernels.ccl")
-        ok, reason = ccl.available()
-        if not ok:
-            pytest.skip(reason)
-        ccl.load()  # build once here, not in both ranks at once
+        require_ccl()  # build once here, not in both ranks at once
     times = measure(2, calls=1, rounds=4, rows=2000, degree=8, width=32, backend=backend)
     assert len(times) == 2 and all(len(t) == 4 and min(t) > 0 for t in times)
     row = summarize(times)

@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default=None, help="machine profile the resources are derived from (default: as "
                    "`sarlab simulate`)")
     p.add_argument("--edge-cut", type=float, default=None, help="edge cut of estimate workloads")
+    p.add_argument("--backend", default="gloo", help="torch.distributed backend of the runs: gloo (default) or one the "
+                   "profile has an overlay of (ccl: `sarlab calibrate --backend ccl`), whose message costs and link "
+                   "latency price the exchanges")
     p.add_argument("--top", type=int, default=15, help="rows of the table printed (default %(default)s)")
     p.add_argument("--json", metavar="PATH", help="write every candidate, the picks and the prices here")
     return p
@@ -62,7 +65,8 @@ def plan(a: argparse.Namespace) -> dict:
     return api.plan(a.graph, epochs=a.epochs, model=a.model, layers=a.layers, hidden=a.hidden, heads=a.heads,
                     strategies=a.strategies, resources=a.resources, prices=a.prices, max_workers=a.max_workers,
                     memory_per_worker=a.memory_per_worker, fanouts=a.fanouts, batch_size=a.batch_size,
-                    staleness=a.staleness, profile=a.profile, edge_cut=a.edge_cut, progress=progress)
+                    staleness=a.staleness, profile=a.profile, edge_cut=a.edge_cut, progress=progress,
+                    backend=a.backend)
 
 
 def table(rows: list[dict]) -> str:
