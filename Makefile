@@ -53,7 +53,7 @@ docs: $(STAMP)
 	$(PY) docs/build.py $(DOCS_OUT)
 
 test: kernels lint
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra --durations=15
 
 # every test, the slow ones too (about 10 more minutes on 2 cores)
 test-all: kernels lint

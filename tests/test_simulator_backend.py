@@ -18,7 +18,7 @@ from sarlab.simulator.hardware.backends import COMM_FIELDS, OVERLAY_FIELDS
 from sarlab.simulator.hardware.profile import Link, Profile, load_profile, save_profile
 from sarlab.simulator.hardware.provenance import resolve_profile, shipped_profiles
 from sarlab.simulator.studies.sweep import simulate_sweep
-from sarlab.simulator.studies.validate import error_summary, validate
+from sarlab.simulator.studies.validate import backend_ratios, error_summary, validate
 from sarlab.simulator.workload.model import ModelSpec
 
 GCN1 = ModelSpec("gcn", layers=1, hidden=4)
@@ -172,13 +172,22 @@ def test_validation_prices_each_record_with_its_own_backend(tmp_path, capsys):
     assert errors["median_abs_time_error_gloo"] == pytest.approx(0.5)
     assert errors["median_abs_time_error_ccl"] == pytest.approx(1.0)
     assert errors["configurations_ccl"] == 1 and errors["median_abs_time_error"] == pytest.approx(0.75)
+    # the pair's ratio: measured ccl / gloo = (0.5 ccl_t) / (2 gloo_t), predicted ccl_t / gloo_t: 4x, error +300 %
+    ratios = backend_ratios(table.reset_index())
+    assert len(ratios) == 1 and ratios.loc[0, "backend"] == "ccl" and ratios.loc[0, "workers"] == "2"
+    assert ratios.loc[0, "measured_ratio"] == pytest.approx(0.25 * ccl_t / gloo_t)
+    assert ratios.loc[0, "predicted_ratio"] == pytest.approx(ccl_t / gloo_t)
+    assert errors["median_abs_ratio_error_ccl"] == pytest.approx(3.0) and errors["paired_configurations_ccl"] == 1
+    assert backend_ratios(table.reset_index().iloc[:1]).empty  # one backend: no pairs
     # the command line: the same, and a profile without a ccl overlay cannot price the ccl records
     path = save_profile(prof, tmp_path / "p.json")
     argv = ["--validate", str(tmp_path / "old.csv"), str(tmp_path / "new.csv"), "--validation-out",
             str(tmp_path / "v.csv"), "--json", str(tmp_path / "v.json")]  # fmt: skip
     assert simulate_main([*argv, "--profile", str(path)]) == 0
     assert json.loads((tmp_path / "v.json").read_text())["median_abs_time_error_ccl"] == pytest.approx(1.0)
-    assert "ccl: time 100.0%" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "ccl: time 100.0%" in printed and "median |error| 300.0% over 1 pairs" in printed
+    assert pd.read_csv(tmp_path / "v_backend_ratios.csv").ratio_error.tolist() == pytest.approx([3.0])
     bare = save_profile(hand_profile(), tmp_path / "bare.json")
     assert simulate_main([*argv, "--profile", str(bare)]) == 2
     assert "sarlab calibrate --backend ccl" in capsys.readouterr().err

@@ -36,7 +36,7 @@ from sarlab.simulator.strategies.strategies import sweep_strategies
 from sarlab.simulator.studies.measured import machine_mismatch, read_records
 from sarlab.simulator.studies.plots import gantt, memory_plot, scaling_plot, validation_plot
 from sarlab.simulator.studies.sweep import simulate_sweep, summarize_sweep
-from sarlab.simulator.studies.validate import error_summary, markdown_table, validate
+from sarlab.simulator.studies.validate import backend_ratios, error_summary, markdown_table, validate
 from sarlab.simulator.system.epoch import simulate_epoch
 from sarlab.simulator.workload.model import ModelSpec, parse_model
 
@@ -401,6 +401,9 @@ def _validate(args: argparse.Namespace, profile: Profile, links: list) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(out, index=False)
     png = validation_plot(table, out.with_suffix(".png"), f"simulator vs measured ({profile.name})")
+    ratios = backend_ratios(table)
+    if len(ratios):
+        ratios.to_csv(out.with_name(f"{out.stem}_backend_ratios.csv"), index=False)
     _print(markdown_table(table))
     _print(
         f"median |error|: time {errors['median_abs_time_error']:.1%}, "
@@ -416,7 +419,12 @@ def _validate(args: argparse.Namespace, profile: Profile, links: list) -> int:
         _print(f"  {name}: time {errors[f'median_abs_time_error_{name}']:.1%}, memory "
                f"{errors[f'median_abs_memory_error_{name}']:.1%} over {errors[f'configurations_{name}']} "
                "configurations")
-    _print(f"wrote {out}\nwrote {png}")
+    for name in sorted(k[len("paired_configurations_"):] for k in errors if k.startswith("paired_configurations_")):
+        _print(f"  {name} / gloo epoch-time ratio of the same configuration: median |error| "
+               f"{errors[f'median_abs_ratio_error_{name}']:.1%} over {errors[f'paired_configurations_{name}']} pairs "
+               "(the overlay's own error: the base model's cancels)")
+    _print(f"wrote {out}\nwrote {png}" + (f"\nwrote {out.with_name(f'{out.stem}_backend_ratios.csv')}" if len(ratios)
+                                            else ""))
     if args.json:
         _write_json(
             args.json,

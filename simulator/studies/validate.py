@@ -14,6 +14,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from sarlab.core.records import CONFIG_KEYS
 from sarlab.simulator.calibration.probe import probe_scale
 from sarlab.simulator.hardware.backends import BASE_BACKEND
 from sarlab.simulator.hardware.profile import Profile
@@ -131,7 +132,37 @@ def error_summary(table: pd.DataFrame) -> dict[str, float]:
             out[f"configurations_{name}"] = int(len(rows))
             out[f"median_abs_time_error_{name}"] = med("time_error", rows)
             out[f"median_abs_memory_error_{name}"] = med("memory_error", rows)
+        ratios = backend_ratios(table)
+        for name in sorted(set(ratios["backend"])):
+            rows = ratios[ratios["backend"] == name]
+            out[f"paired_configurations_{name}"] = int(len(rows))
+            out[f"median_abs_ratio_error_{name}"] = med("ratio_error", rows)
     return out
+
+
+def backend_ratios(table: pd.DataFrame) -> pd.DataFrame:
+    """For every configuration measured under gloo and under another backend: the other backend's epoch time over
+    gloo's, measured and predicted, and the error of the predicted ratio (``predicted / measured - 1``). This is
+    the error of the backend's overlay alone: the base model's errors, common to both runs of a configuration,
+    cancel in the ratio. Empty when the table has one backend."""
+    cols = ["backend", *[k for k in CONFIG_KEYS if k != "backend" and k in table.columns], "measured_ratio",
+            "predicted_ratio", "ratio_error"]
+    if not len(table):
+        return pd.DataFrame(columns=cols)
+    backends = table.apply(backend_of_row, axis=1)
+    keys = [k for k in CONFIG_KEYS if k != "backend" and k in table.columns]
+    times = ["measured_epoch_time_s", "predicted_epoch_time_s"]
+    base = table.loc[backends == BASE_BACKEND, keys + times].astype({k: str for k in keys})
+    rows = []
+    for name in sorted(set(backends) - {BASE_BACKEND}):
+        other = table.loc[backends == name, keys + times].astype({k: str for k in keys})
+        both = other.merge(base, on=keys, suffixes=("", "_base"))
+        for _, r in both.iterrows():
+            meas = r["measured_epoch_time_s"] / r["measured_epoch_time_s_base"]
+            pred = r["predicted_epoch_time_s"] / r["predicted_epoch_time_s_base"]
+            rows.append({"backend": name, **{k: r[k] for k in keys}, "measured_ratio": meas, "predicted_ratio": pred,
+                         "ratio_error": _error(pred, meas)})
+    return pd.DataFrame(rows, columns=cols)
 
 
 def markdown_table(table: pd.DataFrame) -> str:
