@@ -298,7 +298,7 @@ def _spawn(
     return outputs, [p.returncode for p in procs], report
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [pytest.param(2, marks=pytest.mark.slow), 3])  # 2 ranks with -m slow
 @pytest.mark.parametrize("scenario", ["allreduce", "alltoall", "p2p", "collectives"])
 def test_ops(built, scenario, world):
     outputs, codes, report = _spawn(scenario, world)

@@ -37,7 +37,8 @@ def graph():
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("workers", [1, 2, 3, 4])
+@pytest.mark.parametrize("workers", [pytest.param(1, marks=pytest.mark.slow), 2,
+                                     pytest.param(3, marks=pytest.mark.slow), 4])  # 1 and 3 with -m slow
 def test_synthetic_all_modes_models_fp64_and_fp32(graph, workers):
     rows = verify(graph, workers, _variants(["float64", "float32"]), timeout_s=120, progress=lambda m: None)
     assert len(rows) == 2 * len(MODES) * len(MODELS)

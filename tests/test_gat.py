@@ -45,7 +45,8 @@ def graph():
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("workers", [1, 2, 3, 4])
+@pytest.mark.parametrize("workers", [pytest.param(1, marks=pytest.mark.slow), 2,
+                                     pytest.param(3, marks=pytest.mark.slow), 4])  # 1 and 3 with -m slow
 def test_gat_all_modes_heads_fused_unfused(graph, workers):
     rows = verify(graph, workers, _variants(), timeout_s=120, progress=lambda m: None)
     assert {r.label.split()[0].split("-")[1] for r in rows} == {f"h{h}" for h in HEADS}

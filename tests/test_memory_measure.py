@@ -153,9 +153,15 @@ def _peaks(pdir: str, model: str, mode: str, method: str) -> tuple[float, float,
     return peak, vmhwm, {r["mem_method"] for r in records}
 
 
+#: the default run measures GAT under sar (rematerialised attention) and SAGE under oneshot; the other four with -m slow
+SLOW = pytest.mark.slow
+
+
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize("model, mode", [("gcn", "sar"), ("sage", "sar"), ("gat", "sar"), ("gcn", "oneshot"),
-                                         ("sage", "oneshot"), ("gat", "oneshot")])
+@pytest.mark.parametrize("model, mode", [pytest.param("gcn", "sar", marks=SLOW),
+                                         pytest.param("sage", "sar", marks=SLOW), ("gat", "sar"),
+                                         pytest.param("gcn", "oneshot", marks=SLOW), ("sage", "oneshot"),
+                                         pytest.param("gat", "oneshot", marks=SLOW)])
 def test_live_and_rss_methods_agree_on_the_peak(compiler, parts, model, mode):
     rss, rss_vmhwm, rss_methods = _peaks(parts, model, mode, "rss")
     live, live_vmhwm, live_methods = _peaks(parts, model, mode, "live")

@@ -201,7 +201,8 @@ def test_rgcn_on_an_untyped_graph_is_one_relation(small_graph):
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("workers", [1, 2, 3, 4])
+@pytest.mark.parametrize("workers", [pytest.param(1, marks=pytest.mark.slow), 2,
+                                     pytest.param(3, marks=pytest.mark.slow), 4])  # 1 and 3 with -m slow
 def test_rgcn_distributed_matches_pyg(tmp_path, mag, workers):
     """Outputs and every parameter gradient of a 3-layer R-GCN (dropout; plain and basis weights; aggregate-first
     and per-edge orders) in sar, sa and oneshot equal PyG's RGCNConv (fp64: also FastRGCNConv) with the same

@@ -33,7 +33,9 @@ died. oneCCL cannot cancel an op, so the process group is unusable afterwards: l
 the process group is bounded by the store's timeout while waiting for rank 0's address, not after that.
 
 Environment set when unset (before oneCCL loads): ``CCL_ATL_TRANSPORT=ofi``, ``FI_PROVIDER=tcp``,
-``CCL_LOG_LEVEL=error``, ``CCL_YIELD=sched_yield``, ``IPATH_NO_BACKTRACE=1`` (see :data:`ENV_DEFAULTS`).
+``CCL_LOG_LEVEL=error``, ``CCL_YIELD=sched_yield``, ``IPATH_NO_BACKTRACE=1`` (see :data:`ENV_DEFAULTS`), and
+``CCL_WORKER_WAIT=1`` where the host runs more ranks than the process has cores (``LOCAL_WORLD_SIZE``; see
+:data:`SHARED_CORES_ENV`).
 This module imports only the standard library; torch is imported by :func:`load` and :func:`register`.
 """
 
@@ -41,9 +43,10 @@ from __future__ import annotations
 
 import threading
 
-from ._build import ENV_DEFAULTS, apply_env, available, cache_root
+from ._build import ENV_DEFAULTS, SHARED_CORES_ENV, apply_env, available, cache_root, ranks_share_cores
 
-__all__ = ["ENV_DEFAULTS", "available", "cache_root", "load", "register", "apply_env"]
+__all__ = ["ENV_DEFAULTS", "SHARED_CORES_ENV", "available", "cache_root", "load", "register", "apply_env",
+           "ranks_share_cores"]
 
 BACKEND_NAME = "ccl"
 _lock = threading.Lock()
