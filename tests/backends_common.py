@@ -15,13 +15,6 @@ BACKENDS = ["gloo", pytest.param("ccl", marks=needs_ccl)]
 BACKENDS_CCL_SLOW = ["gloo", pytest.param("ccl", marks=[needs_ccl, pytest.mark.slow])]
 
 
-def built(backend: str) -> str:
-    """``backend``, built here first (ccl's extension: once, cached), so that no timed run includes the build."""
-    if backend == "ccl":
-        ccl.load()
-    return backend
-
-
 def require_ccl():
     """The ccl module, built and loaded here (once, cached) so that ranks started later do not build it at once;
     skips the calling test with the reason when oneCCL is not installed."""
@@ -29,3 +22,11 @@ def require_ccl():
         pytest.skip(f"ccl backend unavailable: {CCL_WHY}")
     ccl.load()
     return ccl
+
+
+def built(backend: str) -> str:
+    """``backend``, built here first (ccl's extension: :func:`require_ccl`), so that no timed run includes the
+    build."""
+    if backend == "ccl":
+        require_ccl()
+    return backend

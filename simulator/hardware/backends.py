@@ -36,6 +36,15 @@ OVERLAY_FIELDS = COMM_FIELDS + SPREAD_FIELDS
 PROVENANCE_KEYS = ("notes", "meta")
 
 
+def checked_spread(value, what: str) -> dict[int, float]:
+    """A progress spread ``{P: sigma_P}`` with int worker counts and float spreads (the profile's own field and an
+    overlay's); raises ValueError, naming ``what``, for a count below 1 or a negative spread."""
+    table = {int(p): float(v) for p, v in dict(value).items()}
+    if any(p < 1 or v < 0 for p, v in table.items()):
+        raise ValueError(f"{what} needs worker counts >= 1 and spreads >= 0, got {table}")
+    return table
+
+
 def known_backends() -> tuple[str, ...]:
     """The backends the engine knows (:data:`sarlab.core.comm.BACKENDS`)."""
     from sarlab.core.comm import BACKENDS  # torch.distributed: imported only when a name has to be checked
@@ -60,11 +69,7 @@ def overlay_from_json(name: str, d: dict[str, Any], link_type: type) -> dict[str
         elif key == "meta":
             out[key] = dict(value)
         elif key in SPREAD_FIELDS:
-            table = {int(p): float(v) for p, v in dict(value).items()}
-            if any(p < 1 or v < 0 for p, v in table.items()):
-                raise ValueError(f"backend overlay {name!r}: {key} needs worker counts >= 1 and spreads >= 0, "
-                                 f"got {table}")
-            out[key] = table
+            out[key] = checked_spread(value, f"backend overlay {name!r}: {key}")
         else:
             value = float(value)
             if value < 0:

@@ -15,7 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from sarlab.simulator.hardware.backends import BASE_BACKEND, for_backend, overlay_from_json, overlay_to_json
+from sarlab.simulator.hardware.backends import (
+    BASE_BACKEND,
+    checked_spread,
+    for_backend,
+    overlay_from_json,
+    overlay_to_json,
+)
 
 PROFILE_FORMAT_VERSION = 1
 
@@ -229,8 +235,7 @@ class Profile:
             raise ValueError("cores_per_host must be >= 1 and workers_per_host >= 0")
         if min(self.p2p_call_s, self.p2p_op_s, self.p2p_wait_s, self.p2p_msg_cpu_s, self.round_jitter_s) < 0:
             raise ValueError("message costs (p2p_*) and round_jitter_s must be >= 0")
-        if any(int(k) < 1 or float(v) < 0 for k, v in self.progress_spread.items()):
-            raise ValueError(f"progress_spread needs worker counts >= 1 and spreads >= 0, got {self.progress_spread}")
+        checked_spread(self.progress_spread, "progress_spread")  # raises for a count < 1 or a negative spread
         if self.compute_scale_key not in SCALE_KEYS:
             raise ValueError(f"compute_scale_key must be one of {SCALE_KEYS}, got {self.compute_scale_key!r}")
         if BASE_BACKEND in self.backends:

@@ -145,12 +145,11 @@ def backend_ratios(table: pd.DataFrame) -> pd.DataFrame:
     gloo's, measured and predicted, and the error of the predicted ratio (``predicted / measured - 1``). This is
     the error of the backend's overlay alone: the base model's errors, common to both runs of a configuration,
     cancel in the ratio. Empty when the table has one backend."""
-    cols = ["backend", *[k for k in CONFIG_KEYS if k != "backend" and k in table.columns], "measured_ratio",
-            "predicted_ratio", "ratio_error"]
+    keys = [k for k in CONFIG_KEYS if k != "backend" and k in table.columns]
+    cols = ["backend", *keys, "measured_ratio", "predicted_ratio", "ratio_error"]
     if not len(table):
         return pd.DataFrame(columns=cols)
     backends = table.apply(backend_of_row, axis=1)
-    keys = [k for k in CONFIG_KEYS if k != "backend" and k in table.columns]
     times = ["measured_epoch_time_s", "predicted_epoch_time_s"]
     base = table.loc[backends == BASE_BACKEND, keys + times].astype({k: str for k in keys})
     rows = []
