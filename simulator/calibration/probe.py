@@ -19,17 +19,21 @@ from sarlab.simulator.calibration.engine_runs import engine_epoch
 from sarlab.simulator.hardware.profile import Profile
 from sarlab.simulator.system.replay import simulate_row
 
-#: the probe: one worker, GCN, 3 layers, hidden 256, 3 epochs (~10-20 s on 2 cores), on a graph no benchmark uses
+#: the probe: one worker with one thread, GCN, 3 layers, hidden 256, 3 epochs (~15-20 s), on a graph no benchmark uses
 PROBE_GRAPH = "synthetic:nodes=100000,degree=30,features=128,classes=16,seed=11"
 PROBE_MODEL = {"model": "gcn", "layers": 3, "hidden": 256, "epochs": 3}
 
 
 def speed_probe(partition_dir: str | Path, spec: str = PROBE_GRAPH) -> dict[str, Any]:
-    """Measure the machine's current speed with the probe (:data:`PROBE_MODEL` on ``spec``, one worker, all
-    cores, the engine's default); returns its epoch time and the configuration columns its prediction
-    needs (:func:`probe_row`)."""
+    """Measure the machine's current speed with the probe (:data:`PROBE_MODEL` on ``spec``, one worker with
+    one thread); returns its epoch time and the configuration columns its prediction needs (:func:`probe_row`).
+
+    One thread, like the calibration's engine runs (:func:`engine_epoch`): the scale the probe gives then
+    holds no error of the profile's thread efficiencies (records of probes run with all cores carry
+    ``probe_threads`` and are priced as they ran).
+    """
     row = engine_epoch(spec, PROBE_MODEL["model"], PROBE_MODEL["layers"], PROBE_MODEL["hidden"],
-                       PROBE_MODEL["epochs"], partition_dir, threads=0)  # fmt: skip
+                       PROBE_MODEL["epochs"], partition_dir, threads=1)  # fmt: skip
     return {
         "probe_epoch_s": float(row["measured_epoch_time_s"]),
         "probe_graph": spec,
