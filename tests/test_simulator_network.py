@@ -69,6 +69,27 @@ def test_link_profiles_are_read_tolerantly(tmp_path):
     assert items[0].run.workers_per_nic == 2 and set(df["net"]) == {"veth:rate=200mbit,hosts=2"}
 
 
+def test_a_run_takes_the_link_profile_of_its_own_backend(tmp_path):
+    """Two link profiles of one rate, measured over gloo (no ``backend`` field: older profiles) and over ccl: a
+    profile pricing ccl takes ccl's link, gloo's takes gloo's, whatever the order given; ccl with only gloo's link
+    of that rate takes it and warns, naming the command that measures ccl's."""
+    base = replace(hand_profile(gap=2e-5), intra_host=Link(3e-5, 1e9, 2e-5))
+    links = []
+    for name, bandwidth, backend in (("gloo", 2.3e7, None), ("ccl", 1.1e7, "ccl")):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"net": "veth:rate=200mbit", "rate_bps": 200_000_000, "latency_s": 1e-4,
+                                    "bandwidth_bidir_Bps": bandwidth, **({"backend": backend} if backend else {})}))
+        links.append(read_link_profile(path, base))
+    assert [lp.backend for lp in links] == ["gloo", "ccl"]
+    ccl = replace(base, meta={**base.meta, "backend": "ccl"})
+    for given in (links, links[::-1]):
+        assert for_network(base, given, "veth:rate=200mbit", 4)[0].inter_host.bandwidth_Bps == 2.3e7
+        assert for_network(ccl, given, "veth:rate=200mbit", 4)[0].inter_host.bandwidth_Bps == 1.1e7
+    with pytest.warns(UserWarning, match=r"no ccl link profile .*netbench --net veth:rate=200mbit --backend ccl"):
+        prof, _ = for_network(ccl, links[:1], "veth:rate=200mbit", 4)
+    assert prof.inter_host.bandwidth_Bps == 2.3e7
+
+
 def test_shaping_cpu_of_a_link_profile_joins_the_cpu_per_byte(tmp_path):
     """The emulated path's CPU per byte (``shaping_cpu_s_per_byte``, :mod:`sarlab.executor.calibration.shapebench`) is
     added to the base profile's CPU per point-to-point byte on a veth network, 2 + 3 = 5 us per byte here (loopback

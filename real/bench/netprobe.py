@@ -1,7 +1,9 @@
-"""One rank of ``sarlab netbench``: gloo transfers between emulated hosts, timed; rank 0 writes the samples as JSON.
+"""One rank of ``sarlab netbench``: transfers between emulated hosts over a torch.distributed backend, timed; rank 0
+writes the samples as JSON.
 
-``python -m sarlab.executor.bench.netprobe OUT BYTES REPEATS TIMEOUT_S`` under the env:// variables (the netbench sets
-them, one process per host). Every sample is timed from a barrier to a barrier, so it covers the whole transfer:
+``python -m sarlab.executor.bench.netprobe OUT BYTES REPEATS TIMEOUT_S [BACKEND]`` under the env:// variables (the
+netbench sets them, one process per host); BACKEND is ``gloo`` (default) or ``ccl``. Every sample is timed from a
+barrier to a barrier, so it covers the whole transfer:
 
 - ``oneway``: rank 0 sends BYTES to rank 1.
 - ``bidir``: ranks 0 and 1 send BYTES to each other at once, each posting its receive before its send.
@@ -25,6 +27,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from sarlab.core.comm import prepare_backend
 from sarlab.executor.launch.lifecycle import die_with_parent
 
 LATENCY_ROUNDS = 200
@@ -146,9 +149,12 @@ def measure(nbytes: int, repeats: int) -> dict[str, list[float]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    out_path, nbytes, repeats, timeout_s = sys.argv[1:5] if argv is None else argv
+    args = sys.argv[1:] if argv is None else argv
+    out_path, nbytes, repeats, timeout_s = args[:4]
+    backend = args[4] if len(args) > 4 else "gloo"
     die_with_parent(int(os.environ["SARLAB_LAUNCHER_PID"]))
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=float(timeout_s)))
+    prepare_backend(backend)
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=float(timeout_s)))
     samples = measure(int(nbytes), int(repeats))
     if dist.get_rank() == 0:
         with open(out_path + ".tmp", "w") as f:

@@ -287,7 +287,8 @@ def simulate_main(argv: list[str] | None = None) -> int:
         return 2
     for lp in links:
         _print(f"link {lp.link.bandwidth_Bps * 8 / 1e6:,.1f} Mbit/s payload, latency {lp.link.latency_s * 1e6:.0f} us "
-               f"+ gap {lp.link.gap_s * 1e6:.0f} us, shared efficiency {lp.shared_efficiency:.2f} from {lp.source}")
+               f"+ gap {lp.link.gap_s * 1e6:.0f} us, shared efficiency {lp.shared_efficiency:.2f}, {lp.backend}, from "
+               f"{lp.source}")
         for line in lp.assumed:
             _warn(f"link profile {lp.source}: {line}")
     if args.validate:  # the records' machine is the one to compare with (machine_mismatch)

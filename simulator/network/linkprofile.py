@@ -19,6 +19,10 @@ A link profile is JSON; the reader takes what it finds and says what it assumed.
   loss). Below 1 the link is a
   :class:`sarlab.simulator.network.sharing.SharedLink`, so every reader (replay, ``sarlab simulate --net veth --link``)
   applies it;
+* ``backend``: the torch.distributed backend the bandwidths and latency were measured over (``sarlab netbench
+  --backend``; absent: gloo). A run is priced with the link profile of its own backend where one is given, else with
+  another backend's of the same rate, with a warning (oneCCL's OFI/tcp transport and gloo do not get the same rate
+  from one link);
 * ``rate_bps`` (the configured wire rate), ``net`` (the spec it measured, e.g. ``veth:rate=200mbit,hosts=2``),
   ``hosts``, ``method``, ``date``, ``cpu``: provenance, and which records a profile applies to.
 
@@ -31,10 +35,12 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from sarlab.simulator.hardware.backends import BASE_BACKEND, backend_of
 from sarlab.simulator.hardware.profile import Link, Profile
 from sarlab.simulator.network.sharing import shared_link
 
@@ -55,6 +61,7 @@ class LinkProfile:
         assumed: what the reader had to assume (empty when the profile had every field).
         shaping_cpu_s_per_byte: CPU seconds of the emulated path per byte sent or received (0 = none measured).
         shared_efficiency: the profile's ``shared_efficiency`` (1 = none measured); ``link`` carries it.
+        backend: the torch.distributed backend it was measured over.
     """
 
     link: Link
@@ -63,6 +70,7 @@ class LinkProfile:
     assumed: tuple[str, ...] = ()
     shaping_cpu_s_per_byte: float = 0.0
     shared_efficiency: float = 1.0
+    backend: str = BASE_BACKEND
 
 
 def parse_rate(text: str) -> int:
@@ -118,7 +126,8 @@ def read_link_profile(path: str | Path, base: Profile) -> LinkProfile:
     shaping = float(d.get("shaping_cpu_s_per_byte") or 0.0)
     eta = float(d.get("shared_efficiency") or 1.0)
     link = shared_link(Link(latency, bandwidth, gap), eta)
-    return LinkProfile(link, rate, where, tuple(assumed), shaping, eta)
+    backend = str(d.get("backend") or BASE_BACKEND)
+    return LinkProfile(link, rate, where, tuple(assumed), shaping, eta, backend)
 
 
 def for_network(profile: Profile, links: list[LinkProfile], net: Any, workers: int) -> tuple[Profile, int | None]:
@@ -126,15 +135,24 @@ def for_network(profile: Profile, links: list[LinkProfile], net: Any, workers: i
 
     ``loopback``: the profile as it is (``None``: its placement). ``veth``: the link profile of the same rate
     (the only one, when one is given without a rate) becomes the inter-host link (with its ``shared_efficiency``),
-    its shaping CPU is added to the CPU per point-to-point byte; ``N / H`` workers per host.
+    its shaping CPU is added to the CPU per point-to-point byte; ``N / H`` workers per host. Of those, the one
+    measured over the backend ``profile`` prices (:func:`sarlab.simulator.hardware.backends.backend_of`) is taken;
+    without one, another backend's, with a warning.
     """
     kind, rate, hosts = parse_net(net)
     if kind == "loopback":
         return profile, None
     match = [lp for lp in links if lp.rate_bps == rate] or [lp for lp in links if not lp.rate_bps]
     if not match:
-        have = ", ".join(f"{lp.rate_bps / 1e6:g} mbit" for lp in links) or "none"
+        have = ", ".join(f"{lp.rate_bps / 1e6:g} mbit ({lp.backend})" for lp in links) or "none"
         raise ValueError(f"records on {net!r} need a link profile of {rate / 1e6:g} mbit (--link); given: {have}")
+    backend = backend_of(profile)
+    own = [lp for lp in match if lp.backend == backend]
+    if not own:
+        warnings.warn(f"no {backend} link profile of {net!r}: priced with {match[0].backend}'s ({match[0].source}); "
+                      f"measure it with `sarlab netbench --net {net} --backend {backend} --out LINK.json`",
+                      stacklevel=2)
+    match = own or match
     hosts = hosts or workers
     if workers % hosts:
         raise ValueError(f"{net!r}: {workers} workers do not divide over {hosts} hosts")
