@@ -238,13 +238,18 @@ def test_leftovers_of_a_dead_launcher_are_removed():
 
 @needs_network
 @pytest.mark.timeout(300)
-def test_measured_bandwidth_is_the_configured_rate(tmp_path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_measured_bandwidth_is_the_configured_rate(tmp_path, capsys, backend):
     """One way and both ways at once, each direction of the link carries its rate (payload ~95 % of the wire rate,
-    plain TCP, one connection per direction); gloo one way too. Gloo both ways on its one connection per pair may
-    stall a direction (at worst the two run one after the other) but never exceeds the rate."""
+    plain TCP, one connection per direction); the backend one way too (gloo, or ccl with --backend ccl: the link
+    profile says which). Gloo both ways on its one connection per pair may stall a direction (at worst the two run
+    one after the other) but never exceeds the rate."""
     out = tmp_path / "link.json"
-    assert netbench.main(["--net", "veth:rate=80mbit", "--seconds", "1", "--repeats", "3", "--out", str(out)]) == 0
+    args = ["--net", "veth:rate=80mbit", "--seconds", "1", "--repeats", "3", "--out", str(out)]
+    assert netbench.main([*args, "--backend", built(backend)] if backend != "gloo" else args) == 0
     prof = json.loads(out.read_text())
+    assert prof["backend"] == backend and prof["method"].startswith(f"{backend} send/recv")
+    assert f"{backend}, one way" in capsys.readouterr().out
     rate = 80e6 / 8
     for key in ("tcp_bandwidth_Bps", "tcp_bandwidth_bidir_Bps", "bandwidth_Bps"):
         assert 0.90 * rate <= prof[key] <= 1.01 * rate, f"{key} = {prof[key] / 1e6:.2f} MB/s for a 10 MB/s link"

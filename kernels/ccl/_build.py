@@ -154,20 +154,21 @@ def _flock(path: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-# Set (if unset) only where this machine runs more ranks than this process may use cores (LOCAL_WORLD_SIZE, set by
-# sarlab's launcher and by torchrun, or SARLAB_MACHINE_RANKS, set by sarlab's launcher also on an emulated network,
-# whose hosts are namespaces of this machine; above the affinity mask): oneCCL's worker threads then sleep when idle
-# instead of polling. With ranks sharing cores their polling took the cores from the ranks still computing, so every
-# wait grew: SAGE `sar` on 110,000 nodes, 2 cores, 2026-11-26, epoch 1.81-1.89 s -> 1.43-1.52 s at 4 ranks (gloo
+# Set (if unset) only where this host runs more ranks than this process may use cores (LOCAL_WORLD_SIZE, set by
+# sarlab's launcher and by torchrun, above the affinity mask): oneCCL's worker threads then sleep when idle instead
+# of polling. With ranks sharing cores their polling took the cores from the ranks still computing, so every wait
+# grew: SAGE `sar` on 110,000 nodes, 2 cores, 2026-11-26, epoch 1.81-1.89 s -> 1.43-1.52 s at 4 ranks (gloo
 # 1.44-1.55) and 2.71-4.01 s -> 2.06-2.19 s at 8 ranks (gloo 1.76-2.13); at 2 ranks it changed nothing measurable.
+# Not set on an emulated network's one-rank hosts (LOCAL_WORLD_SIZE 1), although they share this machine's cores:
+# there, 8 hosts on 1 Gbit/s links, 2026-11-26, it made GAT `sar` (20,000 nodes) 2.29 / 5.34 s per epoch against
+# 0.42 / 0.62 s without (gloo 0.43); the other five configurations moved either way within the runs' noise.
 SHARED_CORES_ENV = {"CCL_WORKER_WAIT": "1"}
 
 
 def ranks_share_cores() -> bool:
-    """Whether this machine runs more ranks (``LOCAL_WORLD_SIZE``, or ``SARLAB_MACHINE_RANKS`` where larger) than
-    this process may use cores."""
+    """Whether this host runs more ranks (``LOCAL_WORLD_SIZE``) than this process may use cores."""
     try:
-        local = max(int(os.environ.get(key) or 0) for key in ("LOCAL_WORLD_SIZE", "SARLAB_MACHINE_RANKS"))
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))
     except ValueError:
         return False
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

@@ -162,12 +162,10 @@ def launch(job: Job, world: int, host: str = "127.0.0.1", port: int = 0, grace_s
 
 def worker_env(rank: int, world: int, host: str, port: int) -> dict[str, str]:
     """The environment of a process this launcher starts: ours, plus the env:// variables of ``rank``, the
-    launcher's pid (the process dies with it), the number of ranks it runs on this machine
-    (``SARLAB_MACHINE_RANKS``: all of them, also where an emulated network gives each its own host, whose
-    ``LOCAL_WORLD_SIZE`` then counts one host's) and a PYTHONPATH that finds this package."""
+    launcher's pid (the process dies with it) and a PYTHONPATH that finds this package."""
     env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
                MASTER_ADDR=host, MASTER_PORT=str(port), LOCAL_RANK=str(rank),
-               SARLAB_LAUNCHER_PID=str(os.getpid()), SARLAB_MACHINE_RANKS=str(world),
+               SARLAB_LAUNCHER_PID=str(os.getpid()),
                PYTHONPATH=os.pathsep.join(filter(None, [_PACKAGE_ROOT, os.environ.get("PYTHONPATH")])))
     for key in ("SARLAB_STORE_HOST_RANK0", "TORCHELASTIC_USE_AGENT_STORE", *netns.IFACE_ENV):
         env.pop(key, None)
