@@ -257,7 +257,9 @@ def simulate_parser() -> argparse.ArgumentParser:
                    help="validation: which prediction is the primary one: 'none' the profile's own compute_scale, "
                    "'probe' the compute_scale the speed probes next to each run measured (records of `sarlab bench "
                    "engine --probe`), 'auto' probe where the records have probes (default: %(default)s); both are "
-                   "in the table when probes exist")
+                   "in the table when probes exist. The probe's scale is one flat figure from a large one-worker "
+                   "graph: where small shards run relatively slower, as on the 2026-11-26 Xeon VM, it priced worse "
+                   "than the profile's size curve (results/backends.md)")
     p.add_argument("--json", metavar="PATH", help="write machine-readable output here")
     return p
 
