@@ -41,26 +41,26 @@ def test_missing_library_is_one_line_with_the_command(monkeypatch):
     assert "pip install --no-deps oneccl-cpu==2022.2.0" in msg, msg
 
 
-def test_worker_wait_only_where_ranks_share_cores(monkeypatch):
-    """Runs whether or not oneCCL is installed: CCL_WORKER_WAIT=1 is added to the defaults exactly when the host runs
+def test_no_worker_thread_only_where_ranks_share_cores(monkeypatch):
+    """Runs whether or not oneCCL is installed: CCL_WORKER_OFFLOAD=0 is added to the defaults exactly when the host runs
     more ranks than this process has cores, and never replaces the user's own setting."""
     import os
 
     from sarlab.kernels.ccl import _build
 
     cores = len(os.sched_getaffinity(0))
-    for local, want in ((cores, None), (cores + 1, "1"), ("", None), ("two", None)):
-        env = {k: v for k, v in os.environ.items() if k not in ("CCL_WORKER_WAIT", "LOCAL_WORLD_SIZE")}
+    for local, want in ((cores, None), (cores + 1, "0"), ("", None), ("two", None)):
+        env = {k: v for k, v in os.environ.items() if k not in ("CCL_WORKER_OFFLOAD", "LOCAL_WORLD_SIZE")}
         if local != "":
             env["LOCAL_WORLD_SIZE"] = str(local)
         monkeypatch.setattr(os, "environ", env)
         done = _build.apply_env()
-        assert env.get("CCL_WORKER_WAIT") == want, local
-        assert ("CCL_WORKER_WAIT" in done) == (want is not None)
-    env = {**os.environ, "LOCAL_WORLD_SIZE": str(cores + 1), "CCL_WORKER_WAIT": "0"}
+        assert env.get("CCL_WORKER_OFFLOAD") == want, local
+        assert ("CCL_WORKER_OFFLOAD" in done) == (want is not None)
+    env = {**os.environ, "LOCAL_WORLD_SIZE": str(cores + 1), "CCL_WORKER_OFFLOAD": "1"}
     monkeypatch.setattr(os, "environ", env)
     _build.apply_env()
-    assert env["CCL_WORKER_WAIT"] == "0"
+    assert env["CCL_WORKER_OFFLOAD"] == "1"
 
 
 @pytest.fixture(scope="module")

@@ -34,8 +34,8 @@ the process group is bounded by the store's timeout while waiting for rank 0's a
 
 Environment set when unset (before oneCCL loads): ``CCL_ATL_TRANSPORT=ofi``, ``FI_PROVIDER=tcp``,
 ``CCL_LOG_LEVEL=error``, ``CCL_YIELD=sched_yield``, ``IPATH_NO_BACKTRACE=1`` (see :data:`ENV_DEFAULTS`), and
-``CCL_WORKER_WAIT=1`` where the host runs more ranks than the process has cores (``LOCAL_WORLD_SIZE``; see
-:data:`SHARED_CORES_ENV`).
+``CCL_WORKER_OFFLOAD=0`` (no oneCCL worker thread: the backend's progress thread drives oneCCL) where the host runs
+more ranks than the process has cores (``LOCAL_WORLD_SIZE``; see :data:`SHARED_CORES_ENV`).
 This module imports only the standard library; torch is imported by :func:`load` and :func:`register`.
 """
 

@@ -514,8 +514,9 @@ class CclBackend : public c10d::Backend {
       } else if (++idle_rounds < 20) {
         std::this_thread::yield();
       } else {
-        // oneCCL's own worker thread moves the data; test() only checks. Sleeping (rather than spinning)
-        // leaves the cores to those workers: with ranks sharing a few cores, spinning here cost milliseconds.
+        // With oneCCL's worker thread, it moves the data and test() only checks; without it (CCL_WORKER_OFFLOAD=0,
+        // set where ranks share cores) each test() also advances oneCCL's transfers. Sleeping rather than spinning
+        // leaves the cores to the ranks still computing: with ranks sharing a few cores, spinning cost milliseconds.
         std::this_thread::sleep_for(std::chrono::microseconds(20));
       }
       if (stopping_ && !broken_.empty() && !(queue_.empty() && inflight_.empty())) {  // don't wait for ops that can never finish
