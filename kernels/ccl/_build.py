@@ -160,10 +160,11 @@ def _flock(path: Path):
 # its rank is pending, idle or not (CCL_WORKER_WAIT only lets it sleep with nothing pending), and in the engine an
 # op is nearly always pending: the next ring round is posted ahead and waits for a peer that is still computing.
 # Measured (2 cores, 8 ranks, SAGE `sar` on 110,000 nodes, 2026-11-26, CPU per epoch over all ranks from every
-# thread's /proc ticks): the 8 pinned workers took 2.1-10.5 CPU-s of a 7-18 CPU-s epoch with CCL_WORKER_WAIT=1
-# (the earlier default; epochs 3.3-7.1 s, gloo 3.1-3.5 s in the same sitting), and with CCL_WORKER_OFFLOAD=0 the
-# whole epoch took 6.8 CPU-s against gloo's 6.0-7.0 (epochs 3.33 / 3.47 s against gloo 3.55 / 3.01 s,
-# alternating). results/backends.md, "Ranks sharing cores", has the runs. Where each rank has a core it is not set.
+# thread's /proc ticks): the 8 pinned workers took 2.1 / 10.5 CPU-s of a 7.5 / 18 CPU-s epoch with
+# CCL_WORKER_WAIT=1 (the earlier default; epochs 3.8 / 7.1 s against gloo's 3.5 / 3.7 s, alternating), and with
+# CCL_WORKER_OFFLOAD=0 the whole epoch took 6.8-7.3 CPU-s against gloo's 6.0-7.1 (epochs 3.85 / 3.33 / 3.47 s
+# against gloo's 3.71 / 3.55 / 3.01 s, alternating). results/backends.md, "Ranks sharing cores, second look", has
+# the runs. Where each rank has a core it is not set.
 # Not set on an emulated network's one-rank hosts (LOCAL_WORLD_SIZE 1) either, although they share this machine's
 # cores: there, 8 hosts on 1 Gbit/s links, 2026-11-26, CCL_WORKER_WAIT=1 made GAT `sar` (20,000 nodes) 2.29 / 5.34 s
 # per epoch against 0.42 / 0.62 s without (gloo 0.43); CCL_WORKER_OFFLOAD=0 has not been measured there.
