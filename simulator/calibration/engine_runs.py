@@ -3,8 +3,9 @@
 The op microbenchmarks miss part of a whole epoch (fresh-page faults of large tensors, the allocator, small
 ops and Python), and that part grows with the memory a worker holds. :func:`bench_engine` measures it: real
 single-worker, single-thread epochs of the engine on graphs of several sizes, over what the simulator
-predicts for them from the microbenchmarks alone, fitted as a power law of the worker's predicted peak
-memory (:attr:`sarlab.simulator.hardware.profile.Profile.compute_scale_curve`). The runs are subprocesses
+predicts for them from the microbenchmarks alone, each size run in two passes and fitted through the median of
+its runs as a power law of the worker's predicted peak memory
+(:attr:`sarlab.simulator.hardware.profile.Profile.compute_scale_curve`). The runs are subprocesses
 (:func:`engine_epoch`), so they use the engine's own launcher and malloc settings.
 """
 
@@ -20,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from sarlab.simulator.calibration.calibration import Calibration
-from sarlab.simulator.calibration.fitting import fit_scale_curve
+from sarlab.simulator.calibration.fitting import fit_scale_curve, median_scale_points
 from sarlab.simulator.calibration.harness import ROOT
 from sarlab.simulator.hardware.profile import Profile
 from sarlab.simulator.studies.measured import read_records, summarize_measured
@@ -31,6 +32,10 @@ from sarlab.simulator.system.replay import simulate_row
 ENGINE_GRAPH = "synthetic:nodes={nodes},degree=30,features=128,classes=16,seed=7"
 ENGINE_SIZES = (12_500, 25_000, 50_000, 100_000, 200_000)
 ENGINE_SIZES_QUICK = (1_500, 3_000)
+#: passes over the sizes (ascending, then descending): each size's point is the median of its 2 x passes runs
+ENGINE_PASSES = 2
+#: a size whose runs' ratios differ by more than this factor is logged as a warning
+SPREAD_WARNING = 1.3
 
 
 def engine_epoch(
@@ -71,41 +76,52 @@ def bench_engine(cal: Calibration, profile: Profile) -> tuple[float, tuple[tuple
     Runs :func:`engine_epoch` for GCN and GraphSAGE-mean, 3 layers, hidden 256, one worker with one thread,
     on graphs of :data:`ENGINE_SIZES` nodes (degree 30, 128 features; graphs no benchmark or validation
     uses): whole-graph activations of 13-205 MB, the range of one worker's shard in the validation runs. One
-    worker keeps communication out of the fit. Each run gives a ratio measured / predicted (median of the
-    epochs after the first) at its key (``cal.scale_key``): its predicted peak memory (``"peak"``) or its
-    activation bytes (``"activation"``, :func:`sarlab.simulator.workload.layers.activation_bytes`); both are kept in the
-    raw runs. The curve is the power law through all runs
-    (:func:`sarlab.simulator.calibration.fitting.fit_scale_curve`).
-    Returns the geometric mean of the ratios (the profile's single ``compute_scale``), the curve and the
+    worker keeps communication out of the fit. Every size runs in each of :data:`ENGINE_PASSES` passes, the
+    sizes ascending in the first pass and descending in the second, so that a slow minute of a shared machine
+    hits one run of a size, not all of them. Each run gives a ratio measured / predicted (median of the epochs
+    after the first) at its key (``cal.scale_key``): its predicted peak memory (``"peak"``) or its activation
+    bytes (``"activation"``, :func:`sarlab.simulator.workload.layers.activation_bytes`); both are kept in the
+    raw runs. The curve is the power law (:func:`sarlab.simulator.calibration.fitting.fit_scale_curve`) through
+    one point per size, the median of its runs (:func:`sarlab.simulator.calibration.fitting.median_scale_points`);
+    a size whose runs disagree by more than :data:`SPREAD_WARNING` is logged as a warning.
+    Returns the geometric mean of all ratios (the profile's single ``compute_scale``), the curve and the
     raw numbers.
     """
     one = profile.with_scale(1.0)
     sizes = ENGINE_SIZES_QUICK if cal.quick else ENGINE_SIZES
     layers, hidden, epochs = (2, 32, 2) if cal.quick else (3, 256, 3)
     raw: dict[str, Any] = {"graphs": [ENGINE_GRAPH.format(nodes=n) for n in sizes], "layers": layers,
-                           "hidden": hidden, "runs": []}  # fmt: skip
-    all_keys, all_ratios = [], []
+                           "hidden": hidden, "passes": ENGINE_PASSES, "runs": []}  # fmt: skip
+    all_sizes, all_keys, all_ratios = [], [], []
     with tempfile.TemporaryDirectory(prefix="sarlab-cal-engine-") as tmp:
-        for nodes in sizes:
-            spec = ENGINE_GRAPH.format(nodes=nodes)
-            ratios, keys = [], []
-            for model in ("gcn", "sage"):
-                row = engine_epoch(spec, model, layers, hidden, epochs, Path(tmp) / f"parts-{nodes}")
-                result = simulate_row(row, one)
-                predicted, peak = float(result.epoch_time_s.max()), float(result.peak_above_baseline_bytes.max())
-                measured = float(row["measured_epoch_time_s"])
-                ratios.append(measured / predicted)
-                keys.append(peak if cal.scale_key == "peak" else result.activation_bytes)
-                raw["runs"].append({"model": model, "nodes": nodes, "activation_bytes": result.activation_bytes,
-                                    "predicted_peak_bytes": peak, "measured_peak_bytes":
-                                    float(row["measured_peak_above_baseline_bytes"]), "measured_s": measured,
-                                    "predicted_s": predicted})  # fmt: skip
-            all_keys.extend(keys)
-            all_ratios.extend(ratios)
-            cal.log(f"    {nodes:>7,d} nodes ({keys[0] / 2**20:6.1f} / {keys[1] / 2**20:6.1f} MB {cal.scale_key}): "
-                    f"engine / microbenchmarks GCN {ratios[0]:.2f}, SAGE {ratios[1]:.2f}")  # fmt: skip
+        for turn in range(ENGINE_PASSES):
+            for nodes in sizes if turn % 2 == 0 else sizes[::-1]:
+                spec = ENGINE_GRAPH.format(nodes=nodes)
+                ratios, keys = [], []
+                for model in ("gcn", "sage"):
+                    row = engine_epoch(spec, model, layers, hidden, epochs, Path(tmp) / f"parts-{nodes}")
+                    result = simulate_row(row, one)
+                    predicted, peak = float(result.epoch_time_s.max()), float(result.peak_above_baseline_bytes.max())
+                    measured = float(row["measured_epoch_time_s"])
+                    ratios.append(measured / predicted)
+                    keys.append(peak if cal.scale_key == "peak" else result.activation_bytes)
+                    raw["runs"].append({"model": model, "nodes": nodes, "pass": turn + 1,
+                                        "activation_bytes": result.activation_bytes, "predicted_peak_bytes": peak,
+                                        "measured_peak_bytes": float(row["measured_peak_above_baseline_bytes"]),
+                                        "measured_s": measured, "predicted_s": predicted})  # fmt: skip
+                all_sizes.extend([nodes, nodes])
+                all_keys.extend(keys)
+                all_ratios.extend(ratios)
+                cal.log(f"    pass {turn + 1}, {nodes:>7,d} nodes ({keys[0] / 2**20:6.1f} / {keys[1] / 2**20:6.1f} MB "
+                        f"{cal.scale_key}): engine / microbenchmarks GCN {ratios[0]:.2f}, SAGE {ratios[1]:.2f}")
+    keys, medians, spreads = median_scale_points(all_sizes, all_keys, all_ratios)
+    for nodes, median, spread in zip(sorted(set(all_sizes)), medians, spreads, strict=True):
+        warn = f" (WARNING: its runs differ {spread:.2f}x: a busy machine?)" if spread > SPREAD_WARNING else ""
+        cal.log(f"    {nodes:>7,d} nodes: median {median:.2f}{warn}")
     overall = float(np.exp(np.mean(np.log(all_ratios))))
-    curve = fit_scale_curve(all_keys, all_ratios)
+    curve = fit_scale_curve(keys, medians)
     cal.log("    power law: " + ", ".join(f"{v:.3f} at {b / 2**20:.0f} MB" for b, v in curve))
     raw["compute_scale"], raw["compute_scale_curve"], raw["compute_scale_key"] = overall, curve, cal.scale_key
+    raw["median_points"] = [{"nodes": n, "key": k, "ratio": m, "spread": sp}
+                            for n, k, m, sp in zip(sorted(set(all_sizes)), keys, medians, spreads, strict=True)]
     return overall, curve, raw

@@ -10,7 +10,8 @@ extra thread from one-thread and all-core times of one call, :math:`\eta = (t_1 
 (:func:`thread_eta`), and of each extra co-located process from the rates alone and together
 (:func:`share_eta`); the last-level cache and the out-of-cache rate from a sweep of growing matrices
 (:func:`fit_cache`); a link's latency, per-message gap and bandwidth from ping-pong times (:func:`fit_link`);
-the compute scale as a power law of the worker's memory (:func:`fit_scale_curve`).
+the compute scale as a power law of the worker's memory (:func:`fit_scale_curve`), through the median of each
+graph size's runs (:func:`median_scale_points`).
 """
 
 from __future__ import annotations
@@ -130,6 +131,26 @@ def fit_scale_curve(keys: list[float], ratios: list[float]) -> tuple[tuple[float
     slope, icept = np.polyfit(x, y, 1)
     ends = (float(x.min()), float(x.max()))
     return tuple((float(np.exp(e)), float(np.exp(icept + slope * e))) for e in ends)
+
+
+def median_scale_points(
+    sizes: Sequence[int], keys: Sequence[float], ratios: Sequence[float]
+) -> tuple[list[float], list[float], list[float]]:
+    """One point per graph size from several engine runs of it (models and passes): the geometric mean of its
+    runs' keys, the median of their ratios, and the spread of the ratios (largest over smallest). The median
+    of four runs (two models, two passes) ignores one run that a busy minute slowed; the least-squares line of
+    :func:`fit_scale_curve` through all runs did not (the 2026-11-26 calibrations: 1.53 and 0.93 for the same
+    12,500-node GCN run ten minutes apart). Returns (keys, ratios, spreads) by increasing size."""
+    if not (len(sizes) == len(keys) == len(ratios)) or not sizes:
+        raise ValueError("median_scale_points needs one size, key and ratio per run")
+    out_keys, out_ratios, spreads = [], [], []
+    for size in sorted(set(sizes)):
+        k = np.array([key for s, key in zip(sizes, keys, strict=True) if s == size], dtype=float)
+        r = np.array([ratio for s, ratio in zip(sizes, ratios, strict=True) if s == size], dtype=float)
+        out_keys.append(float(np.exp(np.log(k).mean())))
+        out_ratios.append(float(np.median(r)))
+        spreads.append(float(r.max() / r.min()))
+    return out_keys, out_ratios, spreads
 
 
 def fit_message_costs(runs: Sequence[dict[str, Any]], small: int | None = None) -> dict[str, float]:
