@@ -109,19 +109,20 @@ def bench_engine(cal: Calibration, profile: Profile) -> tuple[float, tuple[tuple
                                         "activation_bytes": result.activation_bytes, "predicted_peak_bytes": peak,
                                         "measured_peak_bytes": float(row["measured_peak_above_baseline_bytes"]),
                                         "measured_s": measured, "predicted_s": predicted})  # fmt: skip
-                all_sizes.extend([nodes, nodes])
+                all_sizes.extend([nodes] * len(keys))
                 all_keys.extend(keys)
                 all_ratios.extend(ratios)
                 cal.log(f"    pass {turn + 1}, {nodes:>7,d} nodes ({keys[0] / 2**20:6.1f} / {keys[1] / 2**20:6.1f} MB "
                         f"{cal.scale_key}): engine / microbenchmarks GCN {ratios[0]:.2f}, SAGE {ratios[1]:.2f}")
     keys, medians, spreads = median_scale_points(all_sizes, all_keys, all_ratios)
-    for nodes, median, spread in zip(sorted(set(all_sizes)), medians, spreads, strict=True):
-        warn = f" (WARNING: its runs differ {spread:.2f}x: a busy machine?)" if spread > SPREAD_WARNING else ""
-        cal.log(f"    {nodes:>7,d} nodes: median {median:.2f}{warn}")
+    raw["median_points"] = [{"nodes": n, "key": k, "ratio": m, "spread": sp}
+                            for n, k, m, sp in zip(sorted(set(all_sizes)), keys, medians, spreads, strict=True)]
+    for point in raw["median_points"]:
+        warn = f" (WARNING: its runs differ {point['spread']:.2f}x: a busy machine?)" \
+            if point["spread"] > SPREAD_WARNING else ""
+        cal.log(f"    {point['nodes']:>7,d} nodes: median {point['ratio']:.2f}{warn}")
     overall = float(np.exp(np.mean(np.log(all_ratios))))
     curve = fit_scale_curve(keys, medians)
     cal.log("    power law: " + ", ".join(f"{v:.3f} at {b / 2**20:.0f} MB" for b, v in curve))
     raw["compute_scale"], raw["compute_scale_curve"], raw["compute_scale_key"] = overall, curve, cal.scale_key
-    raw["median_points"] = [{"nodes": n, "key": k, "ratio": m, "spread": sp}
-                            for n, k, m, sp in zip(sorted(set(all_sizes)), keys, medians, spreads, strict=True)]
     return overall, curve, raw
