@@ -14,9 +14,16 @@ import sarlab.executor.calibration.calibrate as calibrate_module
 import sarlab.simulator.calibration.probe as probe_module
 from sarlab.executor.bench.bench import _Prober
 from sarlab.executor.commands.simulate_cmd import calibrate_main, simulate_main
-from sarlab.simulator.calibration.calibration import Findings
-from sarlab.simulator.calibration.fitting import fit_scale_curve, median_scale_points, share_eta, thread_eta
-from sarlab.simulator.calibration.hostbench import bench_first_use
+from sarlab.simulator.calibration.calibration import Calibration, Findings
+from sarlab.simulator.calibration.fitting import (
+    fit_scale_curve,
+    median_scale_points,
+    pair_share_etas,
+    share_eta,
+    thread_eta,
+)
+from sarlab.simulator.calibration.hostbench import bench_first_use, bench_share, launch_commbench
+from sarlab.simulator.calibration.sharebench import window_order
 from sarlab.simulator.hardware.plausibility import implausible_compute_scale, implausible_thread_effs
 from sarlab.simulator.hardware.profile import OpCost, icelake_hdr200, load_profile, reference_laptop
 from sarlab.simulator.hardware.provenance import plausibility_warnings, shipped_profiles
@@ -99,6 +106,52 @@ def test_share_eta_from_solo_and_co_located_rates():
     assert etas == pytest.approx({"gemm": 1.0, "spmm": 0.0, "x": 0.5})
     with pytest.raises(ValueError):
         share_eta({"gemm": 1.0}, [{"gemm": 1.0}])
+
+
+def test_pair_share_etas_by_hand():
+    """Each pair of adjacent windows gives its own eta, (C r_C / r_1 - 1) / (C - 1) with the lead's two rates;
+    a pair with a window that held no call is left out."""
+    rates = {"spmm": {"solo": [10.0, 8.0, None], "shared": [5.0, 8.0, 4.0]},
+             "gemm": {"solo": [6.0, 6.0, 6.0], "shared": [4.5, 6.0, 3.0]}}  # fmt: skip
+    etas = pair_share_etas(rates, 2)
+    assert etas["spmm"] == pytest.approx([0.0, 1.0])  # 2*5/10 - 1, 2*8/8 - 1; the third pair has no solo rate
+    assert etas["gemm"] == pytest.approx([0.5, 1.0, 0.0])
+    assert pair_share_etas({"x": {"solo": [9.0], "shared": [6.0]}}, 3)["x"] == pytest.approx([0.5])  # (3*6/9-1)/2
+
+
+def test_share_windows_alternate_and_the_group_reports_every_pair():
+    """A real quick sharebench group of two processes: the lead's rates fill every window of every family, in
+    pairs whose order alternates, and the etas come from those pairs (whatever this machine's value)."""
+    assert [window_order(p) for p in range(3)] == [("solo", "shared"), ("shared", "solo"), ("solo", "shared")]
+    found = Findings()
+    etas = bench_share(Calibration(quick=True), found, 2)
+    raw = found.raw["share"]
+    assert raw["processes"] == 2 and raw["pairs"] == 2
+    for name in ("gemm", "spmm", "max_aggr", "gat_unfused", "elementwise"):
+        windows = raw["lead_rates"][name]
+        assert len(windows["solo"]) == len(windows["shared"]) == 2
+        assert all(r is not None and r > 0 for r in windows["solo"] + windows["shared"]), (name, windows)
+        per_pair = [2 * sh / so - 1 for so, sh in zip(windows["solo"], windows["shared"], strict=True)]
+        assert raw["eta_per_pair"][name] == pytest.approx(per_pair)
+        assert etas[name] == pytest.approx(float(np.clip(np.median(per_pair), 0.0, 1.0)))
+
+
+def test_commbench_ranks_know_they_share_the_host(monkeypatch):
+    """commbench's ranks carry LOCAL_WORLD_SIZE = the group's size, as the launcher's do, so a backend that
+    configures itself by it (oneCCL's worker thread) is measured as it trains."""
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_popen(cmd, env=None, **kwargs):
+        seen.append(env)
+        raise Stop
+
+    monkeypatch.setattr("sarlab.simulator.calibration.hostbench.subprocess.Popen", fake_popen)
+    with pytest.raises(Stop):
+        launch_commbench(4, 1, [256], backend="ccl")
+    assert seen[0]["LOCAL_WORLD_SIZE"] == "4"
 
 
 def test_thread_eta_from_one_thread_and_all_core_times():

@@ -100,7 +100,7 @@ def _measure_ops(cal: Calibration, found: Findings, cores: int, steps_total: int
     if cal.quick or cores <= 1:
         found.notes.append("share_eff not measured (quick or one core): co-located processes use parallel_eff")
         return ops
-    log(f"    co-located processes: sharebench alone, then {cores} at once ...")
+    log(f"    co-located processes: sharebench, one alone and beside {cores - 1} more in adjacent windows ...")
     try:
         shares = quiet_step(cal, found, "share", lambda: bench_share(cal, found, cores))
     except (subprocess.SubprocessError, OSError, ValueError, RuntimeError, KeyError) as err:

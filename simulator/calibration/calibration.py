@@ -26,8 +26,8 @@ class Calibration:
             (:func:`sarlab.simulator.calibration.engine_runs.bench_engine`).
         scale_key: what the fitted curve is keyed by (:attr:`Profile.compute_scale_key`): ``"peak"`` (the
             default) or ``"activation"``.
-        share_rounds: alternating solo / co-located rounds of :func:`sarlab.simulator.calibration.hostbench.bench_share`
-            (median taken).
+        share_pairs: adjacent solo / co-located window pairs per op family in
+            :func:`sarlab.simulator.calibration.hostbench.bench_share` (median taken).
         thread_rounds: alternating one-thread / all-core rounds of each op's thread efficiency (median taken).
         log: progress printer.
     """
@@ -41,7 +41,7 @@ class Calibration:
     quiet_wait_s: float = 120.0
     engine: bool = True
     scale_key: str = "peak"
-    share_rounds: int = 3
+    share_pairs: int = 8
     thread_rounds: int = 5
     log: Printer = print
 

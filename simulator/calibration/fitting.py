@@ -70,6 +70,18 @@ def share_eta(solo: dict[str, float], shared: list[dict[str, float]]) -> dict[st
     }
 
 
+def pair_share_etas(rates: dict[str, dict[str, list]], processes: int) -> dict[str, list[float]]:
+    """Per family, :func:`share_eta` of every pair of adjacent windows in which the lead process ran both alone
+    (``rates[family]["solo"][j]``) and beside ``processes - 1`` others (``["shared"][j]``), the others taken to
+    run at the lead's co-located rate; pairs with a missing window are left out (unclipped)."""
+    out: dict[str, list[float]] = {}
+    for name, windows in rates.items():
+        out[name] = [share_eta({name: solo}, [{name: shared}] * processes)[name]
+                     for solo, shared in zip(windows["solo"], windows["shared"], strict=True)
+                     if solo and shared]
+    return out
+
+
 def fit_cache(work: list[float], edge_s: list[float], gathered: list[float], rate: float) -> tuple[float, float]:
     """Last-level cache ``L`` and out-of-cache rate ``r_mem`` from the edge time of shapes of growing size.
 

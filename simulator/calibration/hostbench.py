@@ -22,7 +22,7 @@ import torch
 
 from sarlab.core.memory import rss_bytes
 from sarlab.simulator.calibration.calibration import Calibration, Findings
-from sarlab.simulator.calibration.fitting import fit_link, fit_message_costs, share_eta
+from sarlab.simulator.calibration.fitting import fit_link, fit_message_costs, pair_share_etas
 from sarlab.simulator.calibration.harness import ROOT, free_port, module_command, module_env
 from sarlab.simulator.hardware.profile import Link
 
@@ -88,42 +88,37 @@ def _communicate(procs: list[subprocess.Popen], what: str, timeout: float) -> li
 
 
 def bench_share(cal: Calibration, found: Findings, cores: int) -> dict[str, float]:
-    r"""``share_eff`` per family: :mod:`sarlab.simulator.calibration.sharebench` alone, then as ``cores`` concurrent
-    processes.
+    r"""``share_eff`` per family from one :mod:`sarlab.simulator.calibration.sharebench` group of ``cores``
+    processes: a lead that runs in every window, the others in each pair's co-located window only.
 
-    With per-process rates ``r_1`` (alone) and ``r_C`` (``C`` at once), ``C`` processes together do
-    ``C r_C / r_1`` times the work of one, so :math:`\eta = (C r_C / r_1 - 1) / (C - 1)`
-    (:func:`sarlab.simulator.calibration.fitting.share_eta`). A shared machine's speed drifts within minutes, so solo
-    and shared windows alternate (``cal.share_rounds``) and each family's eta is the median over rounds of the
-    ratio of adjacent solo and shared rates.
+    With the lead's rates ``r_1`` (alone) and ``r_C`` (beside ``C - 1`` copies) in two adjacent windows, ``C``
+    processes together do ``C r_C / r_1`` times the work of one, so :math:`\eta = (C r_C / r_1 - 1) / (C - 1)`
+    (:func:`sarlab.simulator.calibration.fitting.pair_share_etas`). A shared machine's speed drifts within
+    minutes, so the two windows of a pair lie a second apart, and each family's eta is the median over its
+    ``cal.share_pairs`` pairs, clipped to [0, 1].
     """
     if cores <= 1:
         return {}
-    seconds = 0.6 if cal.quick else 1.5
+    seconds = 0.3 if cal.quick else 1.0
+    pairs = 2 if cal.quick else max(cal.share_pairs, 1)
+    start_at = time.time() + 12.0  # interpreter start, input set-up and warm-up happen before the first window
+    cmd = module_command("sharebench", "--start-at", repr(start_at), "--seconds", str(seconds),
+                         "--pairs", str(pairs))
+    if cal.quick:
+        cmd.append("--quick")
     env = module_env(OMP_NUM_THREADS="1")
-
-    def launch(procs: int) -> list[dict[str, float]]:
-        start_at = time.time() + 8.0  # interpreter start and input set-up happen before the first window
-        cmd = module_command("sharebench", "--start-at", repr(start_at), "--seconds", str(seconds))
-        if cal.quick:
-            cmd.append("--quick")
-        running = [
-            subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-            for _ in range(procs)
-        ]
-        return [json.loads(out.strip().splitlines()[-1]) for out in _communicate(running, "sharebench", 180)]
-
-    rounds = 1 if cal.quick else cal.share_rounds
-    per_round: dict[str, list[float]] = {}
-    raw_rounds = []
-    for _ in range(max(rounds, 1)):
-        solo = launch(1)[0]
-        shared = launch(cores)
-        raw_rounds.append({"solo_calls_per_s": solo, "shared_calls_per_s": shared})
-        for name, eta in share_eta(solo, shared).items():
-            per_round.setdefault(name, []).append(eta)
-    result = {name: float(np.clip(statistics.median(v), 0.0, 1.0)) for name, v in per_round.items()}
-    found.raw["share"] = {"rounds": raw_rounds, "eta_per_round": per_round, "processes": cores}
+    running = [subprocess.Popen(cmd + (["--lead"] if i == 0 else []), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT) for i in range(cores)]
+    budget = 12.0 + 8 * (2 * pairs * seconds + 0.4) + 120.0  # at most 8 families, then slack
+    outs = [json.loads(out.strip().splitlines()[-1]) for out in _communicate(running, "sharebench", budget)]
+    lead = outs[0]
+    late = max(o["late_s"] for o in outs)
+    if late > 0.0:
+        found.notes.append(f"sharebench: a process finished its warm-up {late:.1f} s after the first window opened")
+    per_pair = pair_share_etas(lead["rates"], cores)
+    result = {name: float(np.clip(statistics.median(v), 0.0, 1.0)) for name, v in per_pair.items() if v}
+    found.raw["share"] = {"lead_rates": lead["rates"], "eta_per_pair": per_pair, "processes": cores,
+                          "pairs": pairs, "window_s": seconds, "late_s": late}
     return result
 
 
@@ -143,7 +138,7 @@ def bench_network(cal: Calibration, found: Findings, backend: str = "gloo") -> t
         "--bulk", str((8 << 20) if cal.quick else (64 << 20)),
         "--backend", backend,
     )  # fmt: skip
-    env = module_env()
+    env = module_env(LOCAL_WORLD_SIZE="2")  # both ranks on this host, as the launcher says (see launch_commbench)
     procs = [
         subprocess.Popen(cmd + ["--rank", str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=env, cwd=ROOT)  # fmt: skip
@@ -163,7 +158,9 @@ def launch_commbench(world: int, repeats: int, sizes: list[int], timeout: float 
     cmd = module_command("commbench", "--world", str(world), "--port", str(free_port()), "--repeats", str(repeats),
                          "--sizes", ",".join(map(str, sizes)), "--backend", backend,
                          "--allreduce-sizes", ",".join(map(str, allreduce_sizes)))
-    env = module_env(OMP_NUM_THREADS="1")
+    # every rank on this host, as the launcher says (LOCAL_WORLD_SIZE): a backend that configures itself by it
+    # (oneCCL's worker thread where ranks share cores, sarlab.kernels.ccl) then runs as it does in training
+    env = module_env(OMP_NUM_THREADS="1", LOCAL_WORLD_SIZE=str(world))
     procs = [subprocess.Popen(cmd + ["--rank", str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env=env, cwd=ROOT) for r in range(world)]
     outputs = _communicate(procs, f"commbench rank (world {world}, {backend})", timeout)

@@ -1,12 +1,18 @@
 """How much co-located single-thread processes slow each other down (run as ``python -m
 sarlab.simulator.calibration.sharebench``).
 
-Each op family's representative op (shapes whose working set exceeds a core's private cache) is run in a
-loop for ``--seconds`` inside a time window that starts at ``--start-at`` (a ``time.time()`` value, so that
-several processes launched together run the same family at the same time); the process prints one JSON
-line: calls per CPU second of the process per family (so a third process time-slicing the cores does not
-count, only the interference of the co-running copies). :func:`sarlab.simulator.calibration.hostbench.bench_share` runs
-it alone and as ``C`` concurrent copies; the ratio of the rates gives each family's ``share_eff``.
+Each op family's representative op (shapes whose working set exceeds a core's private cache) runs in ``--pairs``
+pairs of adjacent windows of ``--seconds`` each, the first window opening at ``--start-at`` (a ``time.time()``
+value, so that processes launched together share one schedule). One process, the ``--lead``, runs in every
+window; the others run only in each pair's co-located window and sleep in its solo window, so the lead's rate
+alone and beside them is measured seconds apart, and a shared machine's drift over minutes cancels in each
+pair's ratio. The order alternates from pair to pair (solo first, then co-located first). A process never starts
+a call that its running mean says would end after its window, and the lead counts calls from 50 ms into a
+window, so a window holds only its own processes' work. Each process prints one JSON line: per family, its
+calls per CPU second of the process in each solo and each co-located window (``null`` where it did not run);
+per CPU second, so that a third process time-slicing the cores does not count, only the interference of the
+co-running copies. :func:`sarlab.simulator.calibration.hostbench.bench_share` turns the lead's pairs into each
+family's ``share_eff``.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import torch
 from sarlab.core.memory import tune_malloc
 from sarlab.simulator.calibration.opbench import random_csr
 
-GAP_S = 0.4  # between two families' windows: the last call of a window may run past its end
+GAP_S = 0.4  # between two families' windows
 
 
 def build_ops(quick: bool = False) -> dict[str, Callable[[], object]]:
@@ -73,34 +79,70 @@ def build_ops(quick: bool = False) -> dict[str, Callable[[], object]]:
     return ops
 
 
-def run(start_at: float, seconds: float, quick: bool) -> dict[str, float]:
-    """Calls per second of every family, family ``i`` in the window ``start_at + i (seconds + GAP_S)``."""
+SETTLE_S = 0.05  # the lead counts from this far into a window: a partner's last call ends by the window's end
+
+
+def window_order(pair: int) -> tuple[str, str]:
+    """Which window of ``pair`` comes first: solo then co-located for even pairs, the reverse for odd ones."""
+    return ("solo", "shared") if pair % 2 == 0 else ("shared", "solo")
+
+
+def _window(fn: Callable[[], object], begin: float, end: float, mean_s: list[float]) -> float | None:
+    """Calls of ``fn`` between the wall times ``begin`` and ``end``, none started that would end after ``end``
+    by the running mean call time ``mean_s[0]`` (updated); calls per CPU second, or None if none fitted."""
+    delay = begin - time.time()
+    if delay > 0:
+        time.sleep(delay)
+    count, cpu = 0, 0.0
+    while time.time() + mean_s[0] <= end:
+        c0, t0 = time.thread_time(), time.perf_counter()
+        fn()
+        cpu += time.thread_time() - c0
+        mean_s[0] = 0.8 * mean_s[0] + 0.2 * (time.perf_counter() - t0)
+        count += 1
+    return count / max(cpu, 1e-9) if count else None
+
+
+def run(start_at: float, seconds: float, pairs: int, lead: bool, quick: bool) -> dict[str, object]:
+    """Per family (``rates``), calls per CPU second in each of its ``pairs`` solo and co-located windows (None
+    where this process did not run: a partner's solo windows). Family ``i`` starts at ``start_at + i (2 pairs
+    seconds + GAP_S)``; every op is warmed up (two calls) before ``start_at``, and ``late_s`` says how far past
+    it the warm-up ran (a late process misses the start of the first windows)."""
     ops = build_ops(quick)
-    rates: dict[str, float] = {}
-    for i, (name, fn) in enumerate(ops.items()):
-        begin = start_at + i * (seconds + GAP_S)
-        delay = begin - time.time()
-        if delay > 0:
-            time.sleep(delay)
+    mean_s = {}
+    for name, fn in ops.items():
         fn()  # first call: page faults, lazy initialisation
-        count, t0, cpu0 = 0, time.perf_counter(), time.thread_time()
-        end = t0 + max(begin + seconds - time.time(), 0.05)
-        while True:
-            fn()
-            count += 1
-            if time.perf_counter() >= end:
-                break
-        rates[name] = count / max(time.thread_time() - cpu0, 1e-9)  # per CPU second: other tenants do not count
-    return rates
+        t0 = time.perf_counter()
+        fn()
+        mean_s[name] = [time.perf_counter() - t0]
+    late_s = max(0.0, time.time() - start_at)
+    span = 2 * pairs * seconds + GAP_S
+    out: dict[str, dict[str, list]] = {}
+    for i, (name, fn) in enumerate(ops.items()):
+        family_begin = start_at + i * span
+        rates: dict[str, list] = {"solo": [], "shared": []}
+        for pair in range(pairs):
+            for k, kind in enumerate(window_order(pair)):
+                begin = family_begin + (2 * pair + k) * seconds
+                if lead:
+                    rates[kind].append(_window(fn, begin + SETTLE_S, begin + seconds, mean_s[name]))
+                elif kind == "shared":
+                    rates[kind].append(_window(fn, begin, begin + seconds, mean_s[name]))
+                else:
+                    rates[kind].append(None)
+        out[name] = rates
+    return {"rates": out, "late_s": late_s}
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--start-at", type=float, required=True, help="time.time() at which the first window opens")
-    p.add_argument("--seconds", type=float, default=1.5, help="window per family")
+    p.add_argument("--seconds", type=float, default=1.0, help="length of one window")
+    p.add_argument("--pairs", type=int, default=8, help="solo / co-located window pairs per family")
+    p.add_argument("--lead", action="store_true", help="run in every window (the others: co-located windows only)")
     p.add_argument("--quick", action="store_true", help="smaller shapes")
     a = p.parse_args()
-    print(json.dumps(run(a.start_at, a.seconds, a.quick)), flush=True)
+    print(json.dumps(run(a.start_at, a.seconds, a.pairs, a.lead, a.quick)), flush=True)
     return 0
 
 
