@@ -24,6 +24,7 @@ from sarlab.core.memory import rss_bytes
 from sarlab.simulator.calibration.calibration import Calibration, Findings
 from sarlab.simulator.calibration.fitting import fit_link, fit_message_costs, pair_share_etas
 from sarlab.simulator.calibration.harness import ROOT, free_port, module_command, module_env
+from sarlab.simulator.calibration.sharebench import GAP_S
 from sarlab.simulator.hardware.profile import Link
 
 #: all-reduce sizes commbench times beside the messages (bytes): the engine's 8-byte loss, a BatchNorm's few KB,
@@ -101,7 +102,8 @@ def bench_share(cal: Calibration, found: Findings, cores: int) -> dict[str, floa
         return {}
     seconds = 0.3 if cal.quick else 1.0
     pairs = 2 if cal.quick else max(cal.share_pairs, 1)
-    start_at = time.time() + 12.0  # interpreter start, input set-up and warm-up happen before the first window
+    lead_in_s = 12.0  # interpreter start, input set-up and warm-up happen before the first window
+    start_at = time.time() + lead_in_s
     cmd = module_command("sharebench", "--start-at", repr(start_at), "--seconds", str(seconds),
                          "--pairs", str(pairs))
     if cal.quick:
@@ -109,7 +111,7 @@ def bench_share(cal: Calibration, found: Findings, cores: int) -> dict[str, floa
     env = module_env(OMP_NUM_THREADS="1")
     running = [subprocess.Popen(cmd + (["--lead"] if i == 0 else []), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT) for i in range(cores)]
-    budget = 12.0 + 8 * (2 * pairs * seconds + 0.4) + 120.0  # at most 8 families, then slack
+    budget = lead_in_s + 8 * (2 * pairs * seconds + GAP_S) + 120.0  # at most 8 families, then slack
     outs = [json.loads(out.strip().splitlines()[-1]) for out in _communicate(running, "sharebench", budget)]
     lead = outs[0]
     late = max(o["late_s"] for o in outs)

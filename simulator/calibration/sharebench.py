@@ -87,20 +87,20 @@ def window_order(pair: int) -> tuple[str, str]:
     return ("solo", "shared") if pair % 2 == 0 else ("shared", "solo")
 
 
-def _window(fn: Callable[[], object], begin: float, end: float, mean_s: list[float]) -> float | None:
-    """Calls of ``fn`` between the wall times ``begin`` and ``end``, none started that would end after ``end``
-    by the running mean call time ``mean_s[0]`` (updated); calls per CPU second, or None if none fitted."""
+def _window(fn: Callable[[], object], begin: float, end: float, mean_s: float) -> tuple[float | None, float]:
+    """Calls of ``fn`` between the wall times ``begin`` and ``end``, none started that would end after ``end`` by
+    the running mean call time ``mean_s``: (calls per CPU second, or None if none fitted; the updated mean)."""
     delay = begin - time.time()
     if delay > 0:
         time.sleep(delay)
     count, cpu = 0, 0.0
-    while time.time() + mean_s[0] <= end:
+    while time.time() + mean_s <= end:
         c0, t0 = time.thread_time(), time.perf_counter()
         fn()
         cpu += time.thread_time() - c0
-        mean_s[0] = 0.8 * mean_s[0] + 0.2 * (time.perf_counter() - t0)
+        mean_s = 0.8 * mean_s + 0.2 * (time.perf_counter() - t0)
         count += 1
-    return count / max(cpu, 1e-9) if count else None
+    return (count / max(cpu, 1e-9) if count else None), mean_s
 
 
 def run(start_at: float, seconds: float, pairs: int, lead: bool, quick: bool) -> dict[str, object]:
@@ -114,7 +114,7 @@ def run(start_at: float, seconds: float, pairs: int, lead: bool, quick: bool) ->
         fn()  # first call: page faults, lazy initialisation
         t0 = time.perf_counter()
         fn()
-        mean_s[name] = [time.perf_counter() - t0]
+        mean_s[name] = time.perf_counter() - t0
     late_s = max(0.0, time.time() - start_at)
     span = 2 * pairs * seconds + GAP_S
     out: dict[str, dict[str, list]] = {}
@@ -124,12 +124,12 @@ def run(start_at: float, seconds: float, pairs: int, lead: bool, quick: bool) ->
         for pair in range(pairs):
             for k, kind in enumerate(window_order(pair)):
                 begin = family_begin + (2 * pair + k) * seconds
-                if lead:
-                    rates[kind].append(_window(fn, begin + SETTLE_S, begin + seconds, mean_s[name]))
-                elif kind == "shared":
-                    rates[kind].append(_window(fn, begin, begin + seconds, mean_s[name]))
+                if lead or kind == "shared":
+                    rate, mean_s[name] = _window(fn, begin + (SETTLE_S if lead else 0.0), begin + seconds,
+                                                 mean_s[name])
                 else:
-                    rates[kind].append(None)
+                    rate = None
+                rates[kind].append(rate)
         out[name] = rates
     return {"rates": out, "late_s": late_s}
 
