@@ -47,3 +47,17 @@ def test_describe_and_columns():
     text = describe(_records())
     assert "loss 0.3333" in text and "2.750s" in text
     assert len(set(RECORD_COLUMNS)) == len(RECORD_COLUMNS)
+
+
+def test_runs_of_one_configuration_pool_their_epochs_not_their_ranks():
+    """Two runs of one configuration (records from two files): an epoch's time is one run's slowest rank."""
+    per_run = {"a.csv": [(1.0, 2.0), (4.0, 1.0)], "b.csv": [(3.0, 0.5), (1.0, 10.0)]}  # (rank 0, rank 1) per epoch
+    rows = [{"mode": "sar", "model": "gcn", "workers": 2, "rank": rank, "epoch": epoch, "epoch_time_s": t,
+             "peak_mem_bytes": 10, "baseline_mem_bytes": 1, "records_path": path}
+            for path, epochs in per_run.items() for epoch, times in enumerate(epochs, start=1)
+            for rank, t in enumerate(times)]  # fmt: skip
+    row = summarize(pd.DataFrame(rows)).iloc[0]
+    # slowest rank per run and epoch: a -> 2, 4; b -> 3, 10: the median of the four is 3.5 (taking the slowest
+    # rank of both runs per epoch number would give 3 and 10, median 6.5)
+    assert row.epoch_time_s == pytest.approx(3.5) and row.epochs == 4 and row.ranks == 2
+    assert row.epoch_spread == pytest.approx((10 - 2) / 3.5)

@@ -232,3 +232,70 @@ def test_commbench_runs_over_ccl():
     assert set(result["medians"]) == {"ring:256", "alltoall:256"}
     assert all(m["ops"] == 2 and m["wall_s"] > 0 and m["post_s"] >= 0 for m in result["medians"].values())
     assert list(result["allreduce_wall_s"]) == ["8"] and result["allreduce_wall_s"]["8"] > 0
+
+
+def test_crowded_hosts_price_their_own_background_cpu(tmp_path):
+    """An overlay's ``crowded_cpu``: the background CPU costs of a host that launches more ranks than its cores
+    (oneCCL without its worker thread there), priced as a profile whose own fields hold them, and only there."""
+    st, crowded = two_parts(), {"p2p_msg_cpu_s": 1e-4, "p2p_cpu_s_per_byte": 1e-6}
+    prof = replace(hand_profile(), backends={"ccl": {"p2p_msg_cpu_s": 1e-6, "p2p_cpu_s_per_byte": 1e-9,
+                                                     "crowded_cpu": crowded}})  # fmt: skip
+    ccl = prof.for_backend("ccl")
+    assert ccl.crowded_cpu == crowded
+    assert ccl.comm_cpu(4) == (1e-6, 1e-9) and ccl.comm_cpu(5) == (1e-4, 1e-6)  # hand_profile: 4 cores
+    as_own, without = replace(ccl, crowded_cpu={}, **crowded), replace(ccl, crowded_cpu={})
+
+    def epoch(p: Profile, cores: int) -> list[float]:  # two workers on shared cores
+        return run1(st, GCN1, "sar", replace(p, cores_per_host=cores), shared_cores=True).epoch_time_s.tolist()
+
+    assert epoch(ccl, 1) == pytest.approx(epoch(as_own, 1))  # 2 ranks on 1 core: crowded
+    assert epoch(ccl, 2) == pytest.approx(epoch(without, 2))  # 2 ranks on 2 cores: the overlay's own costs
+    assert min(epoch(as_own, 1)) > max(epoch(without, 1)) + 1e-3  # the crowded costs do change the price
+    # the profile's own crowded costs are gloo's: a ccl overlay without them prices ccl without them
+    gloo_crowded = replace(hand_profile(), crowded_cpu={"p2p_msg_cpu_s": 1.0}, backends={"ccl": ccl_overlay()})
+    assert gloo_crowded.crowded_cpu == {"p2p_msg_cpu_s": 1.0} and gloo_crowded.for_backend("ccl").crowded_cpu == {}
+    back = load_profile(save_profile(prof, tmp_path / "p.json"))
+    assert back.for_backend("ccl") == ccl and json.loads((tmp_path / "p.json").read_text())["backends"]["ccl"][
+        "crowded_cpu"] == crowded
+    assert "crowded_cpu" not in json.loads(save_profile(hand_profile(), tmp_path / "bare.json").read_text())
+    with pytest.raises(ValueError, match="crowded_cpu takes costs >= 0 of p2p_msg_cpu_s, p2p_cpu_s_per_byte"):
+        with_ccl(crowded_cpu={"p2p_call_s": 1.0})
+    with pytest.raises(ValueError, match="crowded_cpu takes costs >= 0"):
+        replace(hand_profile(), crowded_cpu={"p2p_cpu_s_per_byte": -1.0})
+
+
+def _commbench_run(world: int, bg_per_op: float) -> dict:
+    """A commbench result whose background CPU per op is ``bg_per_op`` at every op count."""
+    medians = {}
+    for pattern, ops in (("ring", 2), ("alltoall", 2 * (world - 1))):
+        post, wait = 1e-4 + 2e-5 * ops, 5e-6 * ops
+        medians[f"{pattern}:256"] = {"ops": ops, "post_s": post, "wait_s": wait, "cpu_s": post + wait + ops * bg_per_op}
+    return {"world": world, "sizes": [256], "medians": medians}
+
+
+def test_calibration_measures_background_cpu_apart_for_crowded_hosts(monkeypatch):
+    """The ccl overlay's per-message CPU from the commbench worlds on each side of the cores, its per-byte CPU on a
+    crowded host from netbench told that its host launches one rank more than its cores."""
+    from sarlab.executor.calibration import calibrate
+    from sarlab.simulator.calibration.calibration import Calibration, Findings
+
+    told = []
+
+    def fake_network(cal, found, backend, local_world=2, raw_key="network"):
+        told.append((backend, local_world, raw_key))
+        return SLOW, 1e-4, 6e-10
+
+    monkeypatch.setattr(calibrate, "bench_network", fake_network)
+    found = Findings()
+    found.raw["messages"] = {"runs": [_commbench_run(2, 8e-5), _commbench_run(4, 3e-5), _commbench_run(8, 3e-5),
+                                      _commbench_run(2, 8e-5)]}
+    own, crowded = calibrate._crowded_costs(Calibration(quick=True, log=lambda _: None), found, "ccl", cores=2)
+    assert own == {"p2p_msg_cpu_s": pytest.approx(8e-5)}
+    assert crowded == {"p2p_msg_cpu_s": pytest.approx(3e-5), "p2p_cpu_s_per_byte": 6e-10}
+    assert told == [("ccl", 3, "network_crowded")]
+    assert any(n.startswith("crowded_cpu: background CPU where a host launches more ranks than its 2 cores")
+               for n in found.notes)
+    # where every world fits the cores, the per-message fit stays one over all worlds; the per-byte is measured
+    found.raw["messages"]["runs"] = [_commbench_run(2, 8e-5)]
+    own, crowded = calibrate._crowded_costs(Calibration(quick=True, log=lambda _: None), found, "ccl", cores=8)
+    assert own == {} and crowded == {"p2p_cpu_s_per_byte": 6e-10} and told[-1] == ("ccl", 9, "network_crowded")

@@ -110,6 +110,10 @@ def test_shaping_cpu_of_a_link_profile_joins_the_cpu_per_byte(tmp_path):
     same = replace(base, inter_host=lp.link, p2p_cpu_s_per_byte=5e-6)
     assert shaped == pytest.approx(simulate_epoch(st, spec, run, same).epoch_time_s, rel=1e-12)
     assert shaped.max() > simulate_epoch(st, spec, run, replace(same, p2p_cpu_s_per_byte=2e-6)).epoch_time_s.max()
+    # a crowded host's own per-byte cost (Profile.crowded_cpu) pays the shaping too; per message it does not
+    crowded = replace(base, crowded_cpu={"p2p_cpu_s_per_byte": 7e-6, "p2p_msg_cpu_s": 1e-5})
+    on_veth = for_network(crowded, [lp], "veth:rate=200mbit", 4)[0]
+    assert on_veth.crowded_cpu == {"p2p_cpu_s_per_byte": pytest.approx(1e-5), "p2p_msg_cpu_s": 1e-5}
 
 
 def test_pair_statistics_by_hand():

@@ -19,7 +19,8 @@ The steps, in order (each a :func:`sarlab.simulator.calibration.harness.quiet_st
 
 :func:`calibrate_backend` runs step 4's link, message and progress benchmarks alone over another backend (``ccl``) and
 returns them as that backend's overlay (:mod:`sarlab.simulator.hardware.backends`), which ``sarlab calibrate --backend``
-adds to an existing profile.
+adds to an existing profile. The overlay's background CPU costs are measured twice where the host's setting changes how
+the backend runs (:func:`_crowded_costs`): with the ranks fitting the cores, and crowded (more ranks than cores).
 
 A calibration whose thread efficiencies are implausible for the core count
 (:func:`sarlab.simulator.hardware.plausibility.implausible_thread_effs`) is flagged loudly: in the log, in the profile's
@@ -44,6 +45,7 @@ from sarlab.core.memory import tune_malloc
 from sarlab.executor.calibration.progressbench import ROWS, spread_table
 from sarlab.simulator.calibration.calibration import Calibration, Findings
 from sarlab.simulator.calibration.engine_runs import bench_engine
+from sarlab.simulator.calibration.fitting import fit_message_costs
 from sarlab.simulator.calibration.gatbench import bench_gat_autograd, bench_gat_fused, bench_gat_unfused
 from sarlab.simulator.calibration.harness import jsonable, quiet_step, set_threads
 from sarlab.simulator.calibration.hostbench import (
@@ -223,6 +225,39 @@ def _fit_engine(cal: Calibration, found: Findings, profile: Profile) -> Profile:
                    notes=(*profile.notes, note))  # fmt: skip
 
 
+def _crowded_costs(cal: Calibration, found: Findings, backend: str, cores: int) -> tuple[dict[str, float],
+                                                                                        dict[str, float]]:
+    """The background CPU costs of ``backend`` (per message op, per byte) apart for hosts whose ranks fit their
+    ``cores`` and for crowded ones (more ranks than cores, ``LOCAL_WORLD_SIZE`` as the launcher sets it: oneCCL
+    then runs without its worker thread, ``sarlab.kernels.ccl.SHARED_CORES_ENV``). Per message: commbench's runs
+    (already in ``found.raw["messages"]``) of the world sizes on each side of ``cores``; per byte: netbench again,
+    its two ranks told that their host launches ``cores + 1``. Returns ``(own, crowded)``: the first replaces the
+    fields of one fit over every world size (where a world fits the cores), the second is the overlay's
+    ``crowded_cpu`` (empty where nothing could be measured crowded)."""
+    runs = found.raw.get("messages", {}).get("runs", [])
+    own_runs = [r for r in runs if int(r.get("world", 0)) <= cores]
+    crowded_runs = [r for r in runs if int(r.get("world", 0)) > cores]
+    own = {"p2p_msg_cpu_s": fit_message_costs(own_runs)["p2p_msg_cpu_s"]} if own_runs and crowded_runs else {}
+    crowded = {"p2p_msg_cpu_s": fit_message_costs(crowded_runs)["p2p_msg_cpu_s"]} if own_runs and crowded_runs else {}
+    cal.log(f"    {backend} on a crowded host ({cores + 1} ranks told, {cores} cores): point-to-point CPU per byte ...")
+    try:
+        _, _, per_byte = quiet_step(cal, found, "network_crowded", lambda: bench_network(
+            cal, found, backend, local_world=cores + 1, raw_key="network_crowded"))
+        crowded["p2p_cpu_s_per_byte"] = per_byte
+    except Exception as err:  # noqa: BLE001 - the overlay keeps one per-byte cost for every host
+        found.notes.append(f"{backend} per-byte CPU on a crowded host not measured ({type(err).__name__}: {err})")
+    if crowded:
+        worlds = ", ".join(str(r) for r in sorted({int(r["world"]) for r in crowded_runs})) or "none"
+        found.notes.append(
+            f"crowded_cpu: background CPU where a host launches more ranks than its {cores} cores (per message from "
+            f"commbench on {worlds} ranks, per byte from netbench told {cores + 1}): "
+            + ", ".join(f"{k} {v:.3g}" for k, v in crowded.items())
+            + (f"; p2p_msg_cpu_s {own['p2p_msg_cpu_s']:.3g} from the world sizes that fit the cores" if own else ""))
+        cal.log("    crowded: " + ", ".join(f"{k} {v:.3g}" for k, v in crowded.items())
+                + (f"; ranks fitting the cores: p2p_msg_cpu_s {own['p2p_msg_cpu_s']:.3g}" if own else ""))
+    return own, crowded
+
+
 def calibrate_backend(cal: Calibration, backend: str, command: str = "") -> dict[str, Any]:
     """Measure this machine's links, message software costs and progress spread over ``backend`` (step 4 alone:
     netbench, commbench on 2, 4 and 8 ranks, progressbench) and return them as that backend's overlay
@@ -245,6 +280,10 @@ def calibrate_backend(cal: Calibration, backend: str, command: str = "") -> dict
     overlay: dict[str, Any] = {"intra_host": link, "inter_host": link, "p2p_cpu_s_per_byte": cpu_per_byte,
                                **messages}
     cores = cal.threads or usable_cores()
+    own, crowded = _crowded_costs(cal, found, backend, usable_cores())
+    overlay.update(own)
+    if crowded:
+        overlay["crowded_cpu"] = crowded
     cal.log(f"[calibrate --backend {backend} 3/3] progress of ranks sharing {cores} cores ...")
     spread = _measure_spread(replace(cal, network=True), found, cores, backend)
     if spread:

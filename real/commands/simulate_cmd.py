@@ -141,6 +141,12 @@ def _calibrate_backend(args: argparse.Namespace, cal: Calibration, argv: list[st
            f"{link.bandwidth_Bps / 1e9:.2f} GB/s; exchange call {overlay['p2p_call_s'] * 1e6:.1f} us + "
            f"{overlay['p2p_op_s'] * 1e6:.1f} us per op posted, {overlay['p2p_wait_s'] * 1e6:.1f} us per op waited, "
            f"{overlay['p2p_msg_cpu_s'] * 1e6:.1f} us background CPU per op")
+    crowded = overlay.get("crowded_cpu", {})
+    if crowded:
+        _print(f"{args.backend} on hosts with more ranks than cores: "
+               f"{crowded.get('p2p_msg_cpu_s', overlay['p2p_msg_cpu_s']) * 1e6:.1f} us background CPU per op, "
+               f"{crowded.get('p2p_cpu_s_per_byte', overlay['p2p_cpu_s_per_byte']) * 1e9:.3f} s/GB moved "
+               f"(else {overlay['p2p_cpu_s_per_byte'] * 1e9:.3f})")
     _print(f"wrote backends.{args.backend} into {out}")
     if args.json:
         _write_json(args.json, {"profile_path": str(out), "backend": args.backend, "overlay": overlay_to_json(overlay)})

@@ -7,7 +7,8 @@ Summary of one configuration (:func:`summarize`), over the measured epochs (``ep
 are any, else all):
 
 * ``epoch_time_s``: median over epochs of the slowest rank's epoch time; ``epoch_spread`` is
-  ``(max - min) / median`` of those per-epoch times;
+  ``(max - min) / median`` of those per-epoch times. Records of one configuration from several runs (a
+  ``records_path`` column naming each run's file) pool their epochs: an epoch is one run's;
 * ``comm_wait_s``, ``compute_s``: median over epochs of the slowest rank's value; ``*_mean_s``: of the mean
   over ranks;
 * ``bytes_sent_per_epoch``: median over epochs of the bytes all ranks sent; ``bytes_sent_per_worker``: of
@@ -69,7 +70,8 @@ def summarize(records: pd.DataFrame, keys: Sequence[str] = ("model", "mode", "wo
         return name if name in has else "_nan"
 
     df = df.assign(_nan=math.nan)
-    per_epoch = df.groupby([*keys, "epoch"], dropna=False, sort=False).agg(
+    run = ["records_path"] if "records_path" in has else []  # runs of one configuration are not one run's ranks
+    per_epoch = df.groupby([*keys, *run, "epoch"], dropna=False, sort=False).agg(
         epoch_time=("epoch_time_s", "max"), compute=(col("compute_s"), "max"),
         compute_mean=(col("compute_s"), "mean"), wait=(col("comm_wait_s"), "max"),
         wait_mean=(col("comm_wait_s"), "mean"), sent=(col("bytes_sent"), lambda b: b.sum(min_count=1)),

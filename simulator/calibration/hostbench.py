@@ -124,10 +124,13 @@ def bench_share(cal: Calibration, found: Findings, cores: int) -> dict[str, floa
     return result
 
 
-def bench_network(cal: Calibration, found: Findings, backend: str = "gloo") -> tuple[Link, float, float]:
+def bench_network(cal: Calibration, found: Findings, backend: str = "gloo", local_world: int = 2,
+                  raw_key: str = "network") -> tuple[Link, float, float]:
     """Point-to-point between two local processes over ``backend`` (:mod:`sarlab.simulator.calibration.netbench`):
     (link, post time, CPU seconds per byte sent or received); the link is
-    :func:`sarlab.simulator.calibration.fitting.fit_link` of the timings."""
+    :func:`sarlab.simulator.calibration.fitting.fit_link` of the timings. ``local_world``: how many ranks the
+    processes are told their host launches (``LOCAL_WORLD_SIZE``; more than the cores measures a backend as the
+    executor runs it on a crowded host); the raw timings go to ``found.raw[raw_key]``."""
     sizes = [4, 4096, 65536, 1 << 20, 4 << 20] if cal.quick else [4, 1024, 16384, 131072, 1 << 20, 4 << 20, 16 << 20]
     repeats = 5 if cal.quick else 15
     stream = 64 if cal.quick else 256
@@ -140,7 +143,7 @@ def bench_network(cal: Calibration, found: Findings, backend: str = "gloo") -> t
         "--bulk", str((8 << 20) if cal.quick else (64 << 20)),
         "--backend", backend,
     )  # fmt: skip
-    env = module_env(LOCAL_WORLD_SIZE="2")  # both ranks on this host, as the launcher says (see launch_commbench)
+    env = module_env(LOCAL_WORLD_SIZE=str(local_world))  # as the launcher says (see launch_commbench)
     procs = [
         subprocess.Popen(cmd + ["--rank", str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=env, cwd=ROOT)  # fmt: skip
@@ -149,7 +152,7 @@ def bench_network(cal: Calibration, found: Findings, backend: str = "gloo") -> t
     outputs = _communicate(procs, f"netbench rank ({backend})", 120)
     result = json.loads(outputs[0].strip().splitlines()[-1])
     link = fit_link(sizes, result)
-    found.raw["network"] = {"sizes": sizes, **result}
+    found.raw[raw_key] = {"sizes": sizes, "local_world": local_world, **result}
     return link, float(result["call_s"]), float(result.get("cpu_s_per_byte", 0.0))
 
 

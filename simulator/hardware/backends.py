@@ -6,7 +6,10 @@ calibrate`` measures by default. ``Profile.backends`` maps another backend's nam
 :data:`OVERLAY_FIELDS`, measured over that backend by the same benchmarks (``sarlab calibrate --backend NAME``:
 :mod:`sarlab.simulator.calibration.netbench`, :mod:`sarlab.simulator.calibration.commbench` and
 :mod:`sarlab.executor.calibration.progressbench`), plus its provenance (``notes``: lines; ``meta``: date, command,
-load). The progress spread belongs here because it depends on how a rank waits at a barrier (gloo's threads sleep in
+load). ``crowded_cpu`` (:data:`CROWDED_FIELDS`) holds the background CPU costs measured with the host running more
+ranks than cores, where the executor runs a backend differently (oneCCL without its worker thread); the
+profile prices them for such hosts (:meth:`~sarlab.simulator.hardware.profile.Profile.comm_cpu`). The progress
+spread belongs here because it depends on how a rank waits at a barrier (gloo's threads sleep in
 the kernel, oneCCL's worker polls), not only on the compute. :func:`for_backend` returns the profile with the
 overlay's fields in place of its own and everything else (op costs, memory, placement) unchanged. In JSON an overlay
 is an object under the profile's ``backends`` key, links as ``{latency_s, bandwidth_Bps, gap_s}`` objects, the
@@ -30,8 +33,12 @@ COMM_FIELDS = ("intra_host", "inter_host", "p2p_call_s", "p2p_op_s", "p2p_wait_s
 LINK_FIELDS = ("intra_host", "inter_host")
 #: the progress spread of ranks sharing a host's cores, ``{P: sigma_P}`` (:mod:`sarlab.simulator.system.spread`)
 SPREAD_FIELDS = ("progress_spread",)
+#: the background CPU costs a profile may price apart for hosts that launch more ranks than they have cores
+CROWDED_FIELDS = ("p2p_msg_cpu_s", "p2p_cpu_s_per_byte")
+#: those costs as measured there, ``{field: value}`` over :data:`CROWDED_FIELDS` (empty: the same as elsewhere)
+CROWDED_KEY = "crowded_cpu"
 #: every field an overlay may replace
-OVERLAY_FIELDS = COMM_FIELDS + SPREAD_FIELDS
+OVERLAY_FIELDS = (*COMM_FIELDS, *SPREAD_FIELDS, CROWDED_KEY)
 #: an overlay's provenance keys (not priced)
 PROVENANCE_KEYS = ("notes", "meta")
 
@@ -43,6 +50,25 @@ def checked_spread(value, what: str) -> dict[int, float]:
     if any(p < 1 or v < 0 for p, v in table.items()):
         raise ValueError(f"{what} needs worker counts >= 1 and spreads >= 0, got {table}")
     return table
+
+
+def checked_crowded(value, what: str) -> dict[str, float]:
+    """Background CPU costs of crowded hosts, ``{field: seconds}`` over :data:`CROWDED_FIELDS`; raises ValueError,
+    naming ``what``, for another field or a negative cost."""
+    table = {str(k): float(v) for k, v in dict(value).items()}
+    unknown = sorted(set(table) - set(CROWDED_FIELDS))
+    if unknown or any(v < 0 for v in table.values()):
+        raise ValueError(f"{what} takes costs >= 0 of {', '.join(CROWDED_FIELDS)}, got {table}")
+    return table
+
+
+def comm_cpu(profile: Profile, ranks_per_host: int) -> tuple[float, float]:
+    """``(p2p_msg_cpu_s, p2p_cpu_s_per_byte)`` of a host that launches ``ranks_per_host`` ranks: the profile's
+    ``crowded_cpu`` values where they outnumber its ``cores_per_host`` (as the executor decides it,
+    ``LOCAL_WORLD_SIZE`` against the usable cores), else its own fields."""
+    crowded = profile.crowded_cpu if ranks_per_host > profile.cores_per_host else {}
+    return (crowded.get("p2p_msg_cpu_s", profile.p2p_msg_cpu_s),
+            crowded.get("p2p_cpu_s_per_byte", profile.p2p_cpu_s_per_byte))
 
 
 def known_backends() -> tuple[str, ...]:
@@ -70,6 +96,8 @@ def overlay_from_json(name: str, d: dict[str, Any], link_type: type) -> dict[str
             out[key] = dict(value)
         elif key in SPREAD_FIELDS:
             out[key] = checked_spread(value, f"backend overlay {name!r}: {key}")
+        elif key == CROWDED_KEY:
+            out[key] = checked_crowded(value, f"backend overlay {name!r}: {key}")
         else:
             value = float(value)
             if value < 0:
@@ -88,6 +116,8 @@ def overlay_to_json(overlay: dict[str, Any]) -> dict[str, Any]:
             out[key] = list(value)
         elif key in SPREAD_FIELDS:
             out[key] = {str(p): v for p, v in value.items()}
+        elif key == CROWDED_KEY:
+            out[key] = dict(value)
         else:
             out[key] = value
     return out
@@ -126,6 +156,7 @@ def for_backend(profile: Profile, name: str) -> Profile:
             "PROFILE.json` (adds a backends." + name + " overlay to that profile, nothing else changes)")
     overlay = profile.backends[name]
     fields = {k: v for k, v in overlay.items() if k in OVERLAY_FIELDS}
+    fields.setdefault(CROWDED_KEY, {})  # the profile's own crowded costs are gloo's, not this backend's
     notes = tuple(f"[{name}] {line}" for line in overlay.get("notes", ()))
     return replace(profile, **fields, backends={}, notes=(*profile.notes, *notes),
                    meta={**profile.meta, "backend": name})

@@ -17,7 +17,9 @@ import numpy as np
 
 from sarlab.simulator.hardware.backends import (
     BASE_BACKEND,
+    checked_crowded,
     checked_spread,
+    comm_cpu,
     for_backend,
     overlay_from_json,
     overlay_to_json,
@@ -170,6 +172,8 @@ class Profile:
         p2p_cpu_s_per_byte: CPU seconds a worker's process spends per byte it sends or receives (loopback
             copies in the communication threads); charged to its host's shared cores when co-located
             workers share them (0 = the NIC moves the bytes).
+        crowded_cpu: ``p2p_msg_cpu_s`` and/or ``p2p_cpu_s_per_byte`` where a host launches more ranks than
+            ``cores_per_host`` (:meth:`comm_cpu`; oneCCL runs without its worker thread there). Empty = the same.
         mem_overhead_factor: measured resident bytes per tensor byte (allocator + page rounding).
         first_use_bytes: resident bytes an op family adds the first time a process runs it (library code
             pages, allocator arenas), measured by :mod:`sarlab.simulator.calibration.memprobe`; ``autograd`` (the first
@@ -212,6 +216,7 @@ class Profile:
     round_jitter_s: float = 0.0
     progress_spread: dict[int, float] = field(default_factory=dict)
     p2p_cpu_s_per_byte: float = 0.0
+    crowded_cpu: dict[str, float] = field(default_factory=dict)
     mem_overhead_factor: float = 1.0
     first_use_bytes: dict[str, float] = field(default_factory=dict)
     transient_bytes: dict[str, float] = field(default_factory=dict)
@@ -236,6 +241,7 @@ class Profile:
         if min(self.p2p_call_s, self.p2p_op_s, self.p2p_wait_s, self.p2p_msg_cpu_s, self.round_jitter_s) < 0:
             raise ValueError("message costs (p2p_*) and round_jitter_s must be >= 0")
         checked_spread(self.progress_spread, "progress_spread")  # raises for a count < 1 or a negative spread
+        object.__setattr__(self, "crowded_cpu", checked_crowded(self.crowded_cpu, "crowded_cpu"))
         if self.compute_scale_key not in SCALE_KEYS:
             raise ValueError(f"compute_scale_key must be one of {SCALE_KEYS}, got {self.compute_scale_key!r}")
         if BASE_BACKEND in self.backends:
@@ -246,6 +252,10 @@ class Profile:
         """This profile priced for torch.distributed backend ``name``: its communication fields replaced by that
         backend's overlay (:func:`sarlab.simulator.hardware.backends.for_backend`; gloo: the profile itself)."""
         return for_backend(self, name)
+
+    def comm_cpu(self, ranks_per_host: int) -> tuple[float, float]:
+        """(p2p_msg_cpu_s, p2p_cpu_s_per_byte) of a host launching that many ranks (:func:`comm_cpu`)."""
+        return comm_cpu(self, ranks_per_host)
 
     def scale_at(self, nbytes: float) -> float:
         """``compute_scale`` at ``nbytes`` of the curve's key (:attr:`compute_scale_key`): log-linear
@@ -270,11 +280,8 @@ class Profile:
 
     def with_link_bandwidth(self, factor: float) -> Profile:
         """A copy with both links' bandwidth multiplied by ``factor`` (for sensitivity sweeps)."""
-        return replace(
-            self,
-            inter_host=replace(self.inter_host, bandwidth_Bps=self.inter_host.bandwidth_Bps * factor),
-            intra_host=replace(self.intra_host, bandwidth_Bps=self.intra_host.bandwidth_Bps * factor),
-        )
+        return replace(self, inter_host=replace(self.inter_host, bandwidth_Bps=self.inter_host.bandwidth_Bps * factor),
+                       intra_host=replace(self.intra_host, bandwidth_Bps=self.intra_host.bandwidth_Bps * factor))
 
     # ----------------------------------------------------------------------------------- JSON
     def to_json(self) -> dict[str, Any]:
@@ -285,6 +292,8 @@ class Profile:
         d["backends"] = {k: overlay_to_json(v) for k, v in self.backends.items()}
         if not self.backends:  # gloo only: written as before overlays existed
             del d["backends"]
+        if not self.crowded_cpu:  # the same costs however many ranks a host runs: written as before
+            del d["crowded_cpu"]
         d["format_version"] = PROFILE_FORMAT_VERSION
         d["units"] = dict(OP_UNITS)
         return d
@@ -312,6 +321,7 @@ class Profile:
             "round_jitter_s": float(d.get("round_jitter_s", 0.0)),
             "progress_spread": {int(k): float(v) for k, v in d.get("progress_spread", {}).items()},
             "p2p_cpu_s_per_byte": float(d.get("p2p_cpu_s_per_byte", 0.0)),
+            "crowded_cpu": dict(d.get("crowded_cpu", {})),
             "mem_overhead_factor": float(d.get("mem_overhead_factor", 1.0)),
             "first_use_bytes": {k: float(v) for k, v in d.get("first_use_bytes", {}).items()},
             "transient_bytes": {k: float(v) for k, v in d.get("transient_bytes", {}).items()},

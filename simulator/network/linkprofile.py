@@ -156,5 +156,7 @@ def for_network(profile: Profile, links: list[LinkProfile], net: Any, workers: i
     hosts = hosts or workers
     if workers % hosts:
         raise ValueError(f"{net!r}: {workers} workers do not divide over {hosts} hosts")
-    cpu_per_byte = profile.p2p_cpu_s_per_byte + match[0].shaping_cpu_s_per_byte
-    return replace(profile, inter_host=match[0].link, p2p_cpu_s_per_byte=cpu_per_byte), workers // hosts
+    shaping = match[0].shaping_cpu_s_per_byte  # every byte a host sends or receives, however many ranks it runs
+    crowded = {k: v + shaping if k == "p2p_cpu_s_per_byte" else v for k, v in profile.crowded_cpu.items()}
+    return replace(profile, inter_host=match[0].link, p2p_cpu_s_per_byte=profile.p2p_cpu_s_per_byte + shaping,
+                   crowded_cpu=crowded), workers // hosts

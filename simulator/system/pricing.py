@@ -199,10 +199,12 @@ class EpochPricing:
         self.opt_s = float(cost(optimizer_step(self.params, b)))
         self.persistent = self._persistent_bytes()
         self.share_eta = self._share_etas() if placement.core_slots is not None else {}
-        # loopback copies of point-to-point bytes compete for the cores only where workers share them
-        self.copy_s_per_byte = profile.p2p_cpu_s_per_byte if placement.core_slots is not None else 0.0
+        # loopback copies of point-to-point bytes compete for the cores only where workers share them; their
+        # costs are those of a host launching workers_per_nic ranks (an emulated host's, or all on loopback)
+        per_message, per_byte = profile.comm_cpu(placement.workers_per_nic)
+        self.copy_s_per_byte = per_byte if placement.core_slots is not None else 0.0
         self.copy_eta = profile.op("elementwise").process_eff
-        self.copy_s_per_message = profile.p2p_msg_cpu_s if placement.core_slots is not None else 0.0
+        self.copy_s_per_message = per_message if placement.core_slots is not None else 0.0
 
     def _part(self, value: Any) -> Any:
         """A per-part table: a list (per-worker executor) or an array (lockstep)."""
