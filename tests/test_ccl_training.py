@@ -42,21 +42,29 @@ def test_missing_library_is_one_line_with_the_command(monkeypatch):
 
 
 def test_no_worker_thread_only_where_ranks_share_cores(monkeypatch):
-    """Runs whether or not oneCCL is installed: CCL_WORKER_OFFLOAD=0 is added to the defaults exactly when the host runs
-    more ranks than this process has cores, and never replaces the user's own setting."""
+    """Runs whether or not oneCCL is installed: CCL_WORKER_OFFLOAD=0 is added to the defaults exactly when more ranks
+    share this machine's cores than this process has (its host's LOCAL_WORLD_SIZE, or every rank sarlab's launcher
+    started here: an emulated network's one-rank hosts), and never replaces the user's own setting."""
     import os
 
-    from sarlab.kernels.ccl import _build
+    from sarlab.executor.launch.launcher import worker_env
+    from sarlab.kernels.ccl import MACHINE_RANKS_ENV, _build
 
     cores = len(os.sched_getaffinity(0))
-    for local, want in ((cores, None), (cores + 1, "0"), ("", None), ("two", None)):
-        env = {k: v for k, v in os.environ.items() if k not in ("CCL_WORKER_OFFLOAD", "LOCAL_WORLD_SIZE")}
-        if local != "":
-            env["LOCAL_WORLD_SIZE"] = str(local)
+    cases = ((cores, "", None), (cores + 1, "", "0"), ("", "", None), ("two", "", None),
+             (1, cores + 1, "0"), (1, cores, None), (1, "many", None))  # fmt: skip
+    for local, machine, want in cases:
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("CCL_WORKER_OFFLOAD", "LOCAL_WORLD_SIZE", MACHINE_RANKS_ENV)}
+        for key, value in (("LOCAL_WORLD_SIZE", local), (MACHINE_RANKS_ENV, machine)):
+            if value != "":
+                env[key] = str(value)
         monkeypatch.setattr(os, "environ", env)
         done = _build.apply_env()
-        assert env.get("CCL_WORKER_OFFLOAD") == want, local
+        assert env.get("CCL_WORKER_OFFLOAD") == want, (local, machine)
         assert ("CCL_WORKER_OFFLOAD" in done) == (want is not None)
+    # the launcher tells every rank how many it starts on this machine
+    assert worker_env(3, 8, "127.0.0.1", 1234)[MACHINE_RANKS_ENV] == "8"
     env = {**os.environ, "LOCAL_WORLD_SIZE": str(cores + 1), "CCL_WORKER_OFFLOAD": "1"}
     monkeypatch.setattr(os, "environ", env)
     _build.apply_env()

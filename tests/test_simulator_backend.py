@@ -250,6 +250,10 @@ def test_crowded_hosts_price_their_own_background_cpu(tmp_path):
 
     assert epoch(ccl, 1) == pytest.approx(epoch(as_own, 1))  # 2 ranks on 1 core: crowded
     assert epoch(ccl, 2) == pytest.approx(epoch(without, 2))  # 2 ranks on 2 cores: the overlay's own costs
+    # two emulated one-rank hosts on one machine's core share it, as the executor decides it: crowded
+    on_hosts = [run1(st, GCN1, "sar", replace(p, cores_per_host=1), shared_cores=True, workers_per_nic=1).epoch_time_s
+                for p in (ccl, as_own)]
+    assert on_hosts[0].tolist() == pytest.approx(on_hosts[1].tolist())
     assert min(epoch(as_own, 1)) > max(epoch(without, 1)) + 1e-3  # the crowded costs do change the price
     # the profile's own crowded costs are gloo's: a ccl overlay without them prices ccl without them
     gloo_crowded = replace(hand_profile(), crowded_cpu={"p2p_msg_cpu_s": 1.0}, backends={"ccl": ccl_overlay()})

@@ -34,8 +34,9 @@ the process group is bounded by the store's timeout while waiting for rank 0's a
 
 Environment set when unset (before oneCCL loads): ``CCL_ATL_TRANSPORT=ofi``, ``FI_PROVIDER=tcp``,
 ``CCL_LOG_LEVEL=error``, ``CCL_YIELD=sched_yield``, ``IPATH_NO_BACKTRACE=1`` (see :data:`ENV_DEFAULTS`), and
-``CCL_WORKER_OFFLOAD=0`` (no oneCCL worker thread: the backend's progress thread drives oneCCL) where the host runs
-more ranks than the process has cores (``LOCAL_WORLD_SIZE``; see :data:`SHARED_CORES_ENV`).
+``CCL_WORKER_OFFLOAD=0`` (no oneCCL worker thread: the backend's progress thread drives oneCCL) where more ranks
+share the machine's cores than the process has (``LOCAL_WORLD_SIZE``, or every rank sarlab's launcher started on this
+machine, an emulated network's hosts included: :data:`MACHINE_RANKS_ENV`; see :data:`SHARED_CORES_ENV`).
 This module imports only the standard library; torch is imported by :func:`load` and :func:`register`.
 """
 
@@ -43,10 +44,18 @@ from __future__ import annotations
 
 import threading
 
-from ._build import ENV_DEFAULTS, SHARED_CORES_ENV, apply_env, available, cache_root, ranks_share_cores
+from ._build import (
+    ENV_DEFAULTS,
+    MACHINE_RANKS_ENV,
+    SHARED_CORES_ENV,
+    apply_env,
+    available,
+    cache_root,
+    ranks_share_cores,
+)
 
-__all__ = ["ENV_DEFAULTS", "SHARED_CORES_ENV", "available", "cache_root", "load", "register", "apply_env",
-           "ranks_share_cores"]
+__all__ = ["ENV_DEFAULTS", "MACHINE_RANKS_ENV", "SHARED_CORES_ENV", "available", "cache_root", "load", "register",
+           "apply_env", "ranks_share_cores"]
 
 BACKEND_NAME = "ccl"
 _lock = threading.Lock()

@@ -165,18 +165,28 @@ def _flock(path: Path):
 # CCL_WORKER_OFFLOAD=0 the whole epoch took 6.8-7.3 CPU-s against gloo's 6.0-7.1 (epochs 3.85 / 3.33 / 3.47 s
 # against gloo's 3.71 / 3.55 / 3.01 s, alternating). results/backends.md, "Ranks sharing cores, second look", has
 # the runs. Where each rank has a core it is not set.
-# Not set on an emulated network's one-rank hosts (LOCAL_WORLD_SIZE 1) either, although they share this machine's
-# cores: there, 8 hosts on 1 Gbit/s links, 2026-11-26, CCL_WORKER_WAIT=1 made GAT `sar` (20,000 nodes) 2.29 / 5.34 s
-# per epoch against 0.42 / 0.62 s without (gloo 0.43); CCL_WORKER_OFFLOAD=0 has not been measured there.
+# An emulated network's hosts (--net veth:..., LOCAL_WORLD_SIZE = the ranks of one emulated host) share this
+# machine's cores: there the launcher's MACHINE_RANKS_ENV (every rank it starts here) decides. Measured (2 cores, 8
+# one-rank hosts on 1 Gbit/s links, the 20,000-node graph of results/backends.md, 2026-11-27, two runs each,
+# alternating, gloo once between): GCN/SAGE/GAT `sar` and `oneshot` took 0.10-0.63 s per epoch with
+# CCL_WORKER_OFFLOAD=0 against 0.19-0.92 s with the worker thread (gloo 0.10-0.54 s), and the two runs agreed
+# within 20 % where the thread's differed up to 3x (results/backends.md, "oneCCL's worker thread on emulated hosts").
 SHARED_CORES_ENV = {"CCL_WORKER_OFFLOAD": "0"}
+#: set by sarlab's launcher: how many ranks it starts on this machine, whatever emulated host each is on
+MACHINE_RANKS_ENV = "SARLAB_MACHINE_RANKS"
 
 
 def ranks_share_cores() -> bool:
-    """Whether this host runs more ranks (``LOCAL_WORLD_SIZE``) than this process may use cores."""
-    try:
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))
-    except ValueError:
-        return False
+    """Whether more ranks share this machine's cores than this process may use: the ranks of its host
+    (``LOCAL_WORLD_SIZE``) or, where sarlab's launcher started them, every rank on this machine
+    (:data:`MACHINE_RANKS_ENV`: an emulated network's hosts share it)."""
+    counts = []
+    for key in ("LOCAL_WORLD_SIZE", MACHINE_RANKS_ENV):
+        try:
+            counts.append(int(os.environ.get(key, "0")))
+        except ValueError:
+            counts.append(0)
+    local = max(counts)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return local > cores
 

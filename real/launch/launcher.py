@@ -32,6 +32,7 @@ from sarlab.executor.launch import netns
 from sarlab.executor.launch.jobs import Fault, Job
 from sarlab.executor.launch.lifecycle import signals_deferred, signals_raise
 from sarlab.executor.launch.netspec import NetSpec
+from sarlab.kernels.ccl import MACHINE_RANKS_ENV
 from sarlab.paths import package_parent
 
 _PACKAGE_ROOT = str(package_parent())  # what a worker needs on PYTHONPATH
@@ -162,8 +163,11 @@ def launch(job: Job, world: int, host: str = "127.0.0.1", port: int = 0, grace_s
 
 def worker_env(rank: int, world: int, host: str, port: int) -> dict[str, str]:
     """The environment of a process this launcher starts: ours, plus the env:// variables of ``rank``, the
-    launcher's pid (the process dies with it) and a PYTHONPATH that finds this package."""
+    launcher's pid (the process dies with it), how many ranks it starts on this machine (every one, whatever
+    emulated host it is on: :data:`sarlab.kernels.ccl.MACHINE_RANKS_ENV`) and a PYTHONPATH that finds this
+    package."""
     env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+               **{MACHINE_RANKS_ENV: str(world)},
                MASTER_ADDR=host, MASTER_PORT=str(port), LOCAL_RANK=str(rank),
                SARLAB_LAUNCHER_PID=str(os.getpid()),
                PYTHONPATH=os.pathsep.join(filter(None, [_PACKAGE_ROOT, os.environ.get("PYTHONPATH")])))

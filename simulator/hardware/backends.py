@@ -63,9 +63,9 @@ def checked_crowded(value, what: str) -> dict[str, float]:
 
 
 def comm_cpu(profile: Profile, ranks_per_host: int) -> tuple[float, float]:
-    """``(p2p_msg_cpu_s, p2p_cpu_s_per_byte)`` of a host that launches ``ranks_per_host`` ranks: the profile's
-    ``crowded_cpu`` values where they outnumber its ``cores_per_host`` (as the executor decides it,
-    ``LOCAL_WORLD_SIZE`` against the usable cores), else its own fields."""
+    """``(p2p_msg_cpu_s, p2p_cpu_s_per_byte)`` of a host whose cores ``ranks_per_host`` ranks share: the profile's
+    ``crowded_cpu`` values where they outnumber its ``cores_per_host`` (as the executor decides it: the ranks on
+    the machine, an emulated network's hosts included, against the usable cores), else its own fields."""
     crowded = profile.crowded_cpu if ranks_per_host > profile.cores_per_host else {}
     return (crowded.get("p2p_msg_cpu_s", profile.p2p_msg_cpu_s),
             crowded.get("p2p_cpu_s_per_byte", profile.p2p_cpu_s_per_byte))

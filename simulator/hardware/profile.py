@@ -172,7 +172,7 @@ class Profile:
         p2p_cpu_s_per_byte: CPU seconds a worker's process spends per byte it sends or receives (loopback
             copies in the communication threads); charged to its host's shared cores when co-located
             workers share them (0 = the NIC moves the bytes).
-        crowded_cpu: ``p2p_msg_cpu_s`` and/or ``p2p_cpu_s_per_byte`` where a host launches more ranks than
+        crowded_cpu: ``p2p_msg_cpu_s`` and/or ``p2p_cpu_s_per_byte`` where more ranks share a host's cores than
             ``cores_per_host`` (:meth:`comm_cpu`; oneCCL runs without its worker thread there). Empty = the same.
         mem_overhead_factor: measured resident bytes per tensor byte (allocator + page rounding).
         first_use_bytes: resident bytes an op family adds the first time a process runs it (library code

@@ -347,7 +347,7 @@ def simulate_sampling_epoch(stats: PartitionStats, model: ModelSpec, sampling: S
         if place.core_slots is not None:
             k_run = place.workers_per_host
             stretch = k_run / (1.0 + (min(k_run, place.core_slots) - 1.0) * costs.share_eff(work, place.core_slots))
-            byte_cpu = 2.0 * profile.comm_cpu(place.workers_per_nic)[1] * k_run / place.core_slots
+            byte_cpu = 2.0 * profile.comm_cpu(place.workers_per_host)[1] * k_run / place.core_slots
         t_cut = sampler.batch_seconds(batch) * sampler_scale
         t_ops = float(np.sum(costs.seconds(work)))
         step_cpu = (t_cut + t_ops + sampler.step_s * sampler_scale) * stretch + byte_cpu * grad_bytes

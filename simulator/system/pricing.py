@@ -200,8 +200,8 @@ class EpochPricing:
         self.persistent = self._persistent_bytes()
         self.share_eta = self._share_etas() if placement.core_slots is not None else {}
         # loopback copies of point-to-point bytes compete for the cores only where workers share them; their
-        # costs are those of a host launching workers_per_nic ranks (an emulated host's, or all on loopback)
-        per_message, per_byte = profile.comm_cpu(placement.workers_per_nic)
+        # costs are those of the ranks sharing a host's cores (an emulated network's hosts all share this machine's)
+        per_message, per_byte = profile.comm_cpu(placement.workers_per_host)
         self.copy_s_per_byte = per_byte if placement.core_slots is not None else 0.0
         self.copy_eta = profile.op("elementwise").process_eff
         self.copy_s_per_message = per_message if placement.core_slots is not None else 0.0
