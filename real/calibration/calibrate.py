@@ -237,8 +237,11 @@ def _crowded_costs(cal: Calibration, found: Findings, backend: str, cores: int) 
     runs = found.raw.get("messages", {}).get("runs", [])
     own_runs = [r for r in runs if int(r.get("world", 0)) <= cores]
     crowded_runs = [r for r in runs if int(r.get("world", 0)) > cores]
-    own = {"p2p_msg_cpu_s": fit_message_costs(own_runs)["p2p_msg_cpu_s"]} if own_runs and crowded_runs else {}
-    crowded = {"p2p_msg_cpu_s": fit_message_costs(crowded_runs)["p2p_msg_cpu_s"]} if own_runs and crowded_runs else {}
+    own: dict[str, float] = {}
+    crowded: dict[str, float] = {}
+    if own_runs and crowded_runs:  # world sizes on both sides of the cores: one per-message fit for each
+        own["p2p_msg_cpu_s"] = fit_message_costs(own_runs)["p2p_msg_cpu_s"]
+        crowded["p2p_msg_cpu_s"] = fit_message_costs(crowded_runs)["p2p_msg_cpu_s"]
     cal.log(f"    {backend} on a crowded host ({cores + 1} ranks told, {cores} cores): point-to-point CPU per byte ...")
     try:
         _, _, per_byte = quiet_step(cal, found, "network_crowded", lambda: bench_network(
@@ -247,14 +250,15 @@ def _crowded_costs(cal: Calibration, found: Findings, backend: str, cores: int) 
     except Exception as err:  # noqa: BLE001 - the overlay keeps one per-byte cost for every host
         found.notes.append(f"{backend} per-byte CPU on a crowded host not measured ({type(err).__name__}: {err})")
     if crowded:
-        worlds = ", ".join(str(r) for r in sorted({int(r["world"]) for r in crowded_runs})) or "none"
+        values = ", ".join(f"{k} {v:.3g}" for k, v in crowded.items())
+        fitting = f"p2p_msg_cpu_s {own['p2p_msg_cpu_s']:.3g}" if own else ""
+        worlds = ", ".join(str(w) for w in sorted({int(r["world"]) for r in crowded_runs}))
         found.notes.append(
-            f"crowded_cpu: background CPU where a host launches more ranks than its {cores} cores (per message from "
-            f"commbench on {worlds} ranks, per byte from netbench told {cores + 1}): "
-            + ", ".join(f"{k} {v:.3g}" for k, v in crowded.items())
-            + (f"; p2p_msg_cpu_s {own['p2p_msg_cpu_s']:.3g} from the world sizes that fit the cores" if own else ""))
-        cal.log("    crowded: " + ", ".join(f"{k} {v:.3g}" for k, v in crowded.items())
-                + (f"; ranks fitting the cores: p2p_msg_cpu_s {own['p2p_msg_cpu_s']:.3g}" if own else ""))
+            f"crowded_cpu: background CPU where a host launches more ranks than its {cores} cores ("
+            + (f"per message from commbench on {worlds} ranks, " if worlds else "")
+            + f"per byte from netbench told {cores + 1}): {values}"
+            + (f"; {fitting} from the world sizes that fit the cores" if own else ""))
+        cal.log(f"    crowded: {values}" + (f"; ranks fitting the cores: {fitting}" if own else ""))
     return own, crowded
 
 

@@ -8,7 +8,7 @@ are any, else all):
 
 * ``epoch_time_s``: median over epochs of the slowest rank's epoch time; ``epoch_spread`` is
   ``(max - min) / median`` of those per-epoch times. Records of one configuration from several runs (a
-  ``records_path`` column naming each run's file) pool their epochs: an epoch is one run's;
+  :data:`RUN_COLUMN` naming each run's file) pool their epochs: an epoch is one run's;
 * ``comm_wait_s``, ``compute_s``: median over epochs of the slowest rank's value; ``*_mean_s``: of the mean
   over ranks;
 * ``bytes_sent_per_epoch``: median over epochs of the bytes all ranks sent; ``bytes_sent_per_worker``: of
@@ -45,6 +45,8 @@ CONFIG_DEFAULTS = {"label": "", "graph": "", "partition_dir": "", "heads": 1, "a
                    "prefetch": 1, "dtype": "float32", "batchnorm": False, "dropout": 0.0, "threads": 0,
                    "net": "loopback", "backend": "gloo", "num_relations": 1, "bases": 0, "mfg": False, "label_aug": 0.0,
                    "lr_schedule": "constant", "correct_smooth": ""}
+#: the column that names the file a record was read from: records of one configuration from several files are runs
+RUN_COLUMN = "records_path"
 #: the keys that tell one configuration from another in a set of records
 CONFIG_KEYS = ("label", "graph", "partition_dir", "num_nodes", "num_edges", "feature_dim", "num_classes",
                "num_relations", "model", "layers", "hidden", "heads", "aggr", "bases", "fused", "self_loops", "mode",
@@ -70,7 +72,7 @@ def summarize(records: pd.DataFrame, keys: Sequence[str] = ("model", "mode", "wo
         return name if name in has else "_nan"
 
     df = df.assign(_nan=math.nan)
-    run = ["records_path"] if "records_path" in has else []  # runs of one configuration are not one run's ranks
+    run = [RUN_COLUMN] if RUN_COLUMN in has else []  # runs of one configuration are not one run's ranks
     per_epoch = df.groupby([*keys, *run, "epoch"], dropna=False, sort=False).agg(
         epoch_time=("epoch_time_s", "max"), compute=(col("compute_s"), "max"),
         compute_mean=(col("compute_s"), "mean"), wait=(col("comm_wait_s"), "max"),

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sarlab.core.records import RUN_COLUMN
 from sarlab.simulator.calibration.engine_runs import engine_epoch
 from sarlab.simulator.hardware.profile import Profile
 from sarlab.simulator.system.replay import simulate_row
@@ -73,7 +74,7 @@ def probe_row(row: pd.Series) -> pd.Series:
             "batchnorm": False,
             "dropout": 0.0,
             "threads": int(row["probe_threads"]),
-            "records_path": row.get("records_path") or "",
+            RUN_COLUMN: row.get(RUN_COLUMN) or "",
         }
     )
 

@@ -67,8 +67,8 @@ def comm_cpu(profile: Profile, ranks_per_host: int) -> tuple[float, float]:
     ``crowded_cpu`` values where they outnumber its ``cores_per_host`` (as the executor decides it: the ranks on
     the machine, an emulated network's hosts included, against the usable cores), else its own fields."""
     crowded = profile.crowded_cpu if ranks_per_host > profile.cores_per_host else {}
-    return (crowded.get("p2p_msg_cpu_s", profile.p2p_msg_cpu_s),
-            crowded.get("p2p_cpu_s_per_byte", profile.p2p_cpu_s_per_byte))
+    per_message, per_byte = (crowded.get(name, getattr(profile, name)) for name in CROWDED_FIELDS)
+    return per_message, per_byte
 
 
 def known_backends() -> tuple[str, ...]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sarlab.core.records import CONFIG_DEFAULTS, CONFIG_KEYS, measured_epochs, summarize
+from sarlab.core.records import CONFIG_DEFAULTS, CONFIG_KEYS, RUN_COLUMN, measured_epochs, summarize
 from sarlab.simulator.hardware.profile import Profile
 
 #: the columns validation cannot do without (the rest of the configuration columns have defaults)
@@ -65,7 +65,7 @@ def read_records(path: str | Path) -> pd.DataFrame:
     else:
         df = pd.DataFrame([json.loads(line) for line in text.splitlines() if line.strip()])
     df = with_defaults(df, str(path))
-    df["records_path"] = str(path)
+    df[RUN_COLUMN] = str(path)
     if "machine" not in df.columns:  # records older than the column: the CPU `sarlab bench engine` named in its
         df["machine"] = header_machine(path)  # markdown summary beside them, else unknown (empty)
     return df
@@ -127,7 +127,7 @@ def summarize_measured(df: pd.DataFrame, warmup: int = 1) -> pd.DataFrame:
         out["measured_bytes_sent"] = math.nan
     out = out.sort_values(keys, kind="stable").reset_index(drop=True)
     keep = measured_epochs(df, warmup)
-    carried = [c for c in (*PROBE_COLUMNS, "records_path", "machine") if c in keep.columns]
+    carried = [c for c in (*PROBE_COLUMNS, RUN_COLUMN, "machine") if c in keep.columns]
     if carried:  # one value per configuration: its probe (``sarlab bench engine --probe``), its records file
         extra = keep.groupby(keys, dropna=False)[carried].first().reset_index()
         out = out.merge(extra, on=keys, how="left")

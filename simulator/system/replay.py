@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from sarlab.core.records import RUN_COLUMN
 from sarlab.simulator.hardware.profile import Profile
 from sarlab.simulator.network.linkprofile import LinkProfile, for_network
 from sarlab.simulator.network.sharing import with_sharing
@@ -37,7 +38,7 @@ def stats_for(row: pd.Series) -> PartitionStats:
     is not found (a random partition's halos are far larger than METIS's: the prediction is not of that run)."""
     workers = int(row["workers"])
     pdir = str(row.get("partition_dir") or "")
-    found = manifest_path(pdir, str(row.get("records_path") or ""))
+    found = manifest_path(pdir, str(row.get(RUN_COLUMN) or ""))
     if found is not None:
         stats = load_manifest(found)
         if stats.num_parts == workers:
