@@ -4,7 +4,7 @@ or torch, and a counting CPU allocator (:mod:`sarlab.kernels.alloc`).
 Each op streams one CSR shard into a running state that shards merge into exactly, and has a backward that
 reads the final state: the engine (``sarlab.core.shards``, ``sarlab.nn.gat``, ``sarlab.core.aggregators``) calls them
 shard by shard.
-Their benchmark against PyG and DGL lives in ``sarlab.executor.bench.kernel_bench``; this package depends on torch only.
+Their benchmark against PyG and DGL lives in ``sarlab.real.bench.kernel_bench``; this package depends on torch only.
 
 Backend choice: the ``backend=`` argument of each op, else ``$SARLAB_KERNELS`` (cpp | torch | auto;
 default auto = cpp when the extension builds and loads, torch otherwise with a one-line warning).

@@ -1,8 +1,8 @@
-"""The executor (:mod:`sarlab.executor`): launching workers (or joining torchrun), the ``sarlab`` CLI, benchmarks,
+"""The executor (:mod:`sarlab.real`): launching workers (or joining torchrun), the ``sarlab`` CLI, benchmarks,
 ``reproduce``, ``profile`` and the calibration steps that run real processes.
 
-The Python API (:func:`sarlab.run`, :func:`sarlab.gradients`) is :mod:`sarlab.executor.api`. Sub-packages:
-:mod:`~sarlab.executor.launch`, :mod:`~sarlab.executor.commands`, :mod:`~sarlab.executor.bench`,
-:mod:`~sarlab.executor.calibration`, :mod:`~sarlab.executor.reproduce`, :mod:`~sarlab.executor.profile`.
+The Python API (:func:`sarlab.run`, :func:`sarlab.gradients`) is :mod:`sarlab.real.api`. Sub-packages:
+:mod:`~sarlab.real.launch`, :mod:`~sarlab.real.commands`, :mod:`~sarlab.real.bench`,
+:mod:`~sarlab.real.calibration`, :mod:`~sarlab.real.reproduce`, :mod:`~sarlab.real.profile`.
 May import everything else of sarlab; nothing imports it but the front door (lazily).
 """

@@ -5,9 +5,9 @@ returns the metric records as a DataFrame with the trained weights. :func:`gradi
 forward/backward (what ``sarlab verify`` checks): the loss, the parameter gradients and every node's logits,
 for comparing a distributed model with a single-process reference. Both take a built-in model
 (:class:`~sarlab.nn.model.ModelConfig` or its name) or the user's own (``model_fn``, see
-:mod:`sarlab.executor.launch.custom_model`).
+:mod:`sarlab.real.launch.custom_model`).
 
-Locally, the workers are the launcher's processes (:func:`sarlab.executor.launch.launcher.launch`): a script needs no
+Locally, the workers are the launcher's processes (:func:`sarlab.real.launch.launcher.launch`): a script needs no
 ``if __name__ == "__main__"`` guard and a model defined in ``__main__`` or a notebook reaches them by value.
 Under torchrun (``RANK``, ``WORLD_SIZE`` and ``MASTER_ADDR`` set) the call runs this rank in-process, on a
 partition directory with ``WORLD_SIZE`` parts, and returns every rank's records; the weights and predictions
@@ -28,20 +28,20 @@ import pandas as pd
 import torch
 from torch import nn
 
-from sarlab.core import checkpoint
 from sarlab.core.config import EngineConfig, SamplingConfig
-from sarlab.core.train import DTYPES, TrainConfig
 from sarlab.data.convert import to_graph
 from sarlab.data.graphs import Graph, load_graph
 from sarlab.data.partition import is_partition_dir, load_manifest, partition, report
 from sarlab.data.validate_data import InputError, check_int
-from sarlab.executor.commands.options import prepare_partition, progress
-from sarlab.executor.launch import custom_model, outputs, sizing
-from sarlab.executor.launch.jobs import Fault, Job
-from sarlab.executor.launch.launcher import launch, preflight
-from sarlab.executor.launch.netspec import NetSpec
-from sarlab.executor.launch.worker import run_from_env
 from sarlab.nn.model import GNN, ModelConfig
+from sarlab.real.launch import custom_model, outputs, sizing
+from sarlab.real.launch.jobs import Fault, Job
+from sarlab.real.launch.launcher import launch, preflight
+from sarlab.real.launch.netspec import NetSpec
+from sarlab.real.launch.prepare import prepare_partition, progress
+from sarlab.real.launch.worker import run_from_env
+from sarlab.training import checkpoint
+from sarlab.training.trainer import DTYPES, TrainConfig
 
 
 @dataclass
@@ -49,7 +49,7 @@ class RunResult:
     """What :func:`run` returns.
 
     Args:
-        records: one row per (rank, epoch), the columns of :data:`sarlab.core.records.RECORD_COLUMNS` and more.
+        records: one row per (rank, epoch), the columns of :data:`sarlab.common.records.RECORD_COLUMNS` and more.
         state: the trained model's ``state_dict`` (rank 0's; every rank holds the same).
         model: a fresh model (built-in or ``model_fn``'s) with ``state`` loaded, in eval mode.
         predictions: with ``predict=True``, every node's eval-mode logits, row ``i`` = original node ``i``.
@@ -184,7 +184,7 @@ def run(graph: str | Graph | object, *, workers: int | None = None, model: Model
             partitioned into ``workers`` parts with ``method`` and ``model.seed``.
         workers: local worker processes (default 2; under torchrun: its world size).
         model: built-in architecture (or just its name); with ``model_fn`` only its ``seed`` is used.
-        model_fn: the user's model (see :mod:`sarlab.executor.launch.custom_model`); built on every rank with
+        model_fn: the user's model (see :mod:`sarlab.real.launch.custom_model`); built on every rank with
         ``model.seed``. train, engine, sampling: optimisation, aggregation mode, mini-batch sampling (None: full-batch).
         epochs: shorthand for ``train.epochs`` (overrides it).
         net: ``loopback`` or an emulated network spec (``veth:rate=...``, needs root).
@@ -307,7 +307,7 @@ def gradients(graph: str | Graph | object, *, workers: int | None = None, model:
 def load_model(path: str) -> nn.Module:
     """The model a run saved (``save_model=PATH`` / ``--save-model PATH``), with its weights, in eval mode.
 
-    Wraps :func:`sarlab.core.checkpoint.load_model`; the returned :class:`~sarlab.nn.model.GNN` also carries
+    Wraps :func:`sarlab.training.checkpoint.load_model`; the returned :class:`~sarlab.nn.model.GNN` also carries
     ``in_dim`` (its input width), ``feature_dim`` and ``num_classes``, which :func:`predict` reads (a model trained
     with label augmentation takes ``feature_dim + num_classes`` inputs).
 

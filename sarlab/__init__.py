@@ -8,12 +8,12 @@ that needs it is touched)::
     result.records          # one row per (rank, epoch): times, bytes, peak memory, accuracies
     model = sarlab.load_model("model.pt")
 
-Training and checking: :func:`run`, :func:`gradients` (:mod:`sarlab.executor.api`). Graphs:
+Training and checking: :func:`run`, :func:`gradients` (:mod:`sarlab.real.api`). Graphs:
 :func:`load_graph` (a spec string, a PyG ``Data``, a networkx graph, or scipy CSR + arrays through
 :func:`from_pyg` / :func:`from_networkx` / :func:`from_scipy`), :mod:`sarlab.datasets` (shipped Cora and CiteSeer
 with Planetoid's public split), :func:`partition`. Layers: :mod:`sarlab.nn`. Prediction without a cluster:
 :func:`simulate`, :func:`plan`, :func:`calibrate`. Sub-packages: :mod:`sarlab.core` (the exact engine),
-:mod:`sarlab.strategies`, :mod:`sarlab.data`, :mod:`sarlab.kernels`, :mod:`sarlab.simulator`, :mod:`sarlab.executor`.
+:mod:`sarlab.strategies`, :mod:`sarlab.data`, :mod:`sarlab.kernels`, :mod:`sarlab.simulator`, :mod:`sarlab.real`.
 """
 from __future__ import annotations
 
@@ -23,12 +23,12 @@ from sarlab.version import __version__
 
 #: public name -> (module, attribute); attribute None means the module itself
 _LAZY = {
-    "run": ("sarlab.executor.api", "run"),
-    "gradients": ("sarlab.executor.api", "gradients"),
-    "RunResult": ("sarlab.executor.api", "RunResult"),
-    "GradientResult": ("sarlab.executor.api", "GradientResult"),
-    "load_model": ("sarlab.executor.api", "load_model"),
-    "predict": ("sarlab.executor.api", "predict"),
+    "run": ("sarlab.real.api", "run"),
+    "gradients": ("sarlab.real.api", "gradients"),
+    "RunResult": ("sarlab.real.api", "RunResult"),
+    "GradientResult": ("sarlab.real.api", "GradientResult"),
+    "load_model": ("sarlab.real.api", "load_model"),
+    "predict": ("sarlab.real.api", "predict"),
     "load_graph": ("sarlab.data.graphs", "load_graph"),
     "from_pyg": ("sarlab.data.convert", "from_pyg"),
     "from_networkx": ("sarlab.data.convert", "from_networkx"),
@@ -37,16 +37,18 @@ _LAZY = {
     "partition": ("sarlab.data.partition", "partition"),
     "load_partition": ("sarlab.data.partition", "load_part"),
     "ModelConfig": ("sarlab.nn.model", "ModelConfig"),
-    "TrainConfig": ("sarlab.core.train", "TrainConfig"),
+    "TrainConfig": ("sarlab.training.trainer", "TrainConfig"),
     "EngineConfig": ("sarlab.core.config", "EngineConfig"),
     "simulate": ("sarlab.simulator.api", "simulate"),
     "plan": ("sarlab.simulator.api", "plan"),
-    "calibrate": ("sarlab.executor.calibration.calibrate", "calibrate"),
+    "calibrate": ("sarlab.real.calibration.calibrate", "calibrate"),
     "datasets": ("sarlab.data.datasets", None),
     "nn": ("sarlab.nn", None),
     "kernels": ("sarlab.kernels", None),
     "simulator": ("sarlab.simulator", None),
-    "executor": ("sarlab.executor", None),
+    "real": ("sarlab.real", None),
+    "training": ("sarlab.training", None),
+    "common": ("sarlab.common", None),
     "core": ("sarlab.core", None),
     "data": ("sarlab.data", None),
     "strategies": ("sarlab.strategies", None),

@@ -7,4 +7,4 @@ import importlib
 import sys
 
 if __name__ == "__main__":
-    sys.exit(importlib.import_module("sarlab.executor.commands.cli").main())
+    sys.exit(importlib.import_module("sarlab.real.commands.cli").main())

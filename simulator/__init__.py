@@ -8,17 +8,17 @@ real metric records. It never imports the engine's runtime.
 Entry points: :func:`simulate` and :func:`plan` (:mod:`sarlab.simulator.api`, also ``sarlab.simulate`` /
 ``sarlab.plan``: the Python forms of ``sarlab simulate`` and ``sarlab plan``), :func:`simulate_epoch` (one
 configuration), :func:`simulate_sweep` (modes x models x workers as a metric-record DataFrame). The commands are
-the executor's (:mod:`sarlab.executor.commands.simulate_cmd`, :mod:`sarlab.executor.commands.plan_cmd`). The module
+the executor's (:mod:`sarlab.real.commands.simulate_cmd`, :mod:`sarlab.real.commands.plan_cmd`). The module
 map is in ``simulator/README.md``.
 """
 
 from sarlab.simulator.api import plan, simulate
 from sarlab.simulator.hardware.profile import PRESETS, Profile, load_profile, save_profile
 from sarlab.simulator.hardware.provenance import resolve_profile
-from sarlab.simulator.studies.sweep import simulate_sweep, summarize_sweep
 from sarlab.simulator.system.epoch import simulate_epoch
 from sarlab.simulator.system.result import EpochResult
 from sarlab.simulator.system.runspec import RunSpec
+from sarlab.simulator.system.sweep import simulate_sweep, summarize_sweep
 from sarlab.simulator.workload.model import ModelSpec, parse_model
 from sarlab.simulator.workload.workload import GRAPH_PRESETS, PartitionStats, estimate_partition, load_manifest
 

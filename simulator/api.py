@@ -4,8 +4,8 @@
 Both predict with the SimPy model of one epoch (:func:`sarlab.simulator.system.epoch.simulate_epoch`) on a
 machine profile resolved as the CLI resolves ``--profile`` (:func:`sarlab.simulator.hardware.provenance.
 resolve_profile`: ``None`` is this machine's calibration when it exists, else the shipped ``epyc-2core``). The
-commands ``sarlab simulate`` and ``sarlab plan`` (:mod:`sarlab.executor.commands.simulate_cmd`,
-:mod:`sarlab.executor.commands.plan_cmd`) build the same calls from their flags; the model defaults are
+commands ``sarlab simulate`` and ``sarlab plan`` (:mod:`sarlab.real.commands.simulate_cmd`,
+:mod:`sarlab.real.commands.plan_cmd`) build the same calls from their flags; the model defaults are
 ``sarlab train``'s (:data:`MODEL_DEFAULTS`). Nothing here imports the executor.
 """
 from __future__ import annotations
@@ -35,12 +35,12 @@ from sarlab.simulator.strategies.cost_model import (
 )
 from sarlab.simulator.strategies.sampling_model import SamplingSpec, parse_fanouts
 from sarlab.simulator.strategies.strategies import STRATEGIES, predict
-from sarlab.simulator.studies.sweep import simulate_sweep, summarize_sweep
+from sarlab.simulator.system.sweep import simulate_sweep, summarize_sweep
 from sarlab.simulator.workload.model import ModelSpec, parse_model
 from sarlab.simulator.workload.sampled_sizes import DegreeDistribution, degrees_from_partition, train_nodes_per_part
 from sarlab.simulator.workload.workload import load_manifest, resolve_workload
 
-#: ``sarlab train``'s model defaults (``sarlab.executor.commands.options.MODEL_DEFAULTS`` and ``add_model_args``),
+#: ``sarlab train``'s model defaults (``sarlab.real.commands.options.MODEL_DEFAULTS`` and ``add_model_args``),
 #: mirrored here because the simulator does not import the executor; ``tests/test_simulator_cli.py`` keeps the
 #: two equal, and ``sarlab simulate`` takes its flag defaults from here
 MODEL_DEFAULTS = {"model": "sage", "layers": 2, "hidden": 64, "aggr": "mean", "heads": 4, "dropout": 0.0,
@@ -98,10 +98,10 @@ def simulate(
     """Predict one epoch of every (worker count, model, mode) combination; the Python form of ``sarlab simulate``.
 
     Returns one metric record per rank and configuration (the columns of
-    :data:`sarlab.core.records.RECORD_COLUMNS`: ``epoch_time_s``, ``compute_s``, ``comm_wait_s``, ``bytes_sent``,
+    :data:`sarlab.common.records.RECORD_COLUMNS`: ``epoch_time_s``, ``compute_s``, ``comm_wait_s``, ``bytes_sent``,
     ``bytes_recv``, ``peak_mem_bytes`` = baseline + predicted peak, the configuration; ``loss`` and accuracies NaN),
     so predictions concatenate with measured records. With ``summary=True``, one row per configuration instead
-    (:func:`sarlab.simulator.studies.sweep.summarize_sweep`: slowest rank's epoch time, mean compute, wait and
+    (:func:`sarlab.simulator.system.sweep.summarize_sweep`: slowest rank's epoch time, mean compute, wait and
     bytes sent, largest peak above the baseline). ``records.attrs`` holds ``profile`` and ``profile_source``.
 
     Example::

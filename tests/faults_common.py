@@ -71,7 +71,7 @@ def run_sarlab(args: list[str], tmp_path, timeout: float, env: dict | None = Non
 def assert_nothing_left(run: Finished, wait_s: float = 10.0) -> None:
     """No process of the run alive (within ``wait_s``), none of its network namespaces, nothing in its working
     directory or $TMPDIR (run directories, temporary partitions, crash files)."""
-    from sarlab.executor.launch import netns
+    from sarlab.real.launch import netns
 
     deadline = time.monotonic() + wait_s
     while processes_of(run.pid) and time.monotonic() < deadline:

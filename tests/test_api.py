@@ -18,14 +18,14 @@ from conftest import ROOT
 from torch import nn
 
 import sarlab
+from sarlab.common.records import RECORD_COLUMNS
 from sarlab.core.aggregators import Aggregation
-from sarlab.core.records import RECORD_COLUMNS
-from sarlab.core.reference import ReferenceModel
-from sarlab.core.train import TrainConfig
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.partition import partition
 from sarlab.data.validate_data import InputError
 from sarlab.nn.model import GNN, ModelConfig
+from sarlab.training.reference import ReferenceModel
+from sarlab.training.trainer import TrainConfig
 
 RUN_TIMEOUT_S = 240  # the launcher stops the workers and raises WorkerError (with their traceback) after this
 
@@ -188,7 +188,7 @@ def test_script_without_main_guard_and_under_torchrun(graph, tmp_path):
         from torch import nn
         import sarlab
         from sarlab.core.aggregators import Aggregation
-        from sarlab.core.train import TrainConfig
+        from sarlab.training.trainer import TrainConfig
 
         class Mean(nn.Module):
             def __init__(self, in_dim, num_classes):

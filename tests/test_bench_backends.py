@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from sarlab.data.validate_data import InputError
-from sarlab.executor.bench import backend_bench, backend_report, bench
-from sarlab.executor.bench.bench import build_parser, config_from_args
+from sarlab.real.bench import backend_bench, backend_report, bench
+from sarlab.real.bench.bench import build_parser, config_from_args
 
 
 def test_backends_alternate_per_configuration(monkeypatch):

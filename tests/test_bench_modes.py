@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from sarlab.data.validate_data import InputError
-from sarlab.executor.bench import bench
-from sarlab.executor.bench.bench import build_parser, config_from_args, parse_mode, ratios
+from sarlab.real.bench import bench
+from sarlab.real.bench.bench import build_parser, config_from_args, parse_mode, ratios
 
 
 @pytest.mark.parametrize(("spec", "expected"), [

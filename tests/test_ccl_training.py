@@ -47,8 +47,8 @@ def test_no_worker_thread_only_where_ranks_share_cores(monkeypatch):
     started here: an emulated network's one-rank hosts), and never replaces the user's own setting."""
     import os
 
-    from sarlab.executor.launch.launcher import worker_env
     from sarlab.kernels.ccl import MACHINE_RANKS_ENV, _build
+    from sarlab.real.launch.launcher import worker_env
 
     cores = len(os.sched_getaffinity(0))
     cases = ((cores, "", None), (cores + 1, "", "0"), ("", "", None), ("two", "", None),
@@ -106,7 +106,7 @@ def _train(backend: str):
     """fp64, 5 epochs of GCN in mode sar on Cora, 3 workers (so that the all-reduce sums three terms)."""
     import sarlab
     from sarlab.core.config import EngineConfig
-    from sarlab.core.train import TrainConfig
+    from sarlab.training.trainer import TrainConfig
 
     return sarlab.run(CORA, workers=3, model="gcn", backend=backend, engine=EngineConfig(mode="sar"),
                       train=TrainConfig(dtype="float64", epochs=5, eval_every=0), timeout_s=60, run_timeout_s=280,

@@ -17,15 +17,15 @@ import torch
 import torch.distributed as dist
 from conftest import spawn_ranks
 
-from sarlab.core import checkpoint as ck
 from sarlab.core.comm import Comm
 from sarlab.core.config import EngineConfig
-from sarlab.core.reference import ReferenceModel
 from sarlab.core.shards import ShardedGraph
-from sarlab.core.train import TrainConfig, Trainer
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.partition import load_manifest, load_part, partition
 from sarlab.nn.model import ModelConfig
+from sarlab.training import checkpoint as ck
+from sarlab.training.reference import ReferenceModel
+from sarlab.training.trainer import TrainConfig, Trainer
 
 MODEL = ModelConfig(model="sage", layers=3, hidden=16, dropout=0.5, batchnorm=True, seed=1)
 TRAIN = TrainConfig(epochs=6, lr=0.02, dtype="float64", eval_every=2)

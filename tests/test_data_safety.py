@@ -12,7 +12,6 @@ import pytest
 
 import sarlab.data.partition as sp
 from sarlab.core.config import EngineConfig
-from sarlab.core.train import TrainConfig
 from sarlab.data.graphs import load_graph, npz_graph, ogb_missing_files
 from sarlab.data.partition import (
     PartitionError,
@@ -24,6 +23,7 @@ from sarlab.data.partition import (
     partition,
 )
 from sarlab.data.validate_data import InputError, check_graph
+from sarlab.training.trainer import TrainConfig
 
 
 def _tree(path) -> dict:

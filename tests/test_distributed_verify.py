@@ -8,8 +8,8 @@ import pytest
 
 from sarlab.core.config import EngineConfig
 from sarlab.data.graphs import load_graph, synthetic_graph
-from sarlab.executor.commands.verify import format_table, verify
 from sarlab.nn.model import ModelConfig
+from sarlab.real.commands.verify import format_table, verify
 
 MODELS = [("gcn", "mean"), ("sage", "mean"), ("sage", "max"), ("sage", "pool")]
 MODES = ("sar", "sa", "oneshot")
@@ -70,7 +70,7 @@ def test_eight_workers(graph):
 
 def test_verify_detects_a_wrong_gradient(graph, monkeypatch):
     """The comparison is not vacuous: perturb one reference gradient and it must fail."""
-    from sarlab.executor.commands import verify as verify_mod
+    from sarlab.real.commands import verify as verify_mod
 
     real_reference = verify_mod.reference_step
 

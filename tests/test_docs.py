@@ -52,7 +52,7 @@ def test_api_reference_covers_the_front_door(built):
 
 
 def test_record_columns_are_all_explained():
-    from sarlab.core.records import METRIC_COLUMNS
+    from sarlab.common.records import METRIC_COLUMNS
 
     text = _read("results.rst")
     missing = [c for c in METRIC_COLUMNS if f"``{c}``" not in text]
@@ -60,7 +60,7 @@ def test_record_columns_are_all_explained():
 
 
 def test_every_command_is_documented():
-    from sarlab.executor.commands.cli import BENCHES, COMMANDS
+    from sarlab.real.commands.cli import BENCHES, COMMANDS
 
     text = _read("cli.rst")
     missing = [c for c in COMMANDS if f"``{c}``" not in text] + [b for b in BENCHES if f"``{b}``" not in text]

@@ -167,7 +167,7 @@ def test_peer_death_without_our_launcher_is_bounded(pdir, tmp_path, backend):
     """torchrun-style ranks (env://): one is SIGKILLed, the survivors exit with an error by themselves (a timed-out
     wait, not a crash), leaving nothing but what the killed rank could not remove (its output directory in $TMPDIR,
     which the next run sweeps)."""
-    from sarlab.executor.launch import netns
+    from sarlab.real.launch import netns
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -217,7 +217,7 @@ def test_worker_error_survives_a_process_pool():
     whole: rank, reason and message."""
     import pickle
 
-    from sarlab.executor.launch.launcher import WorkerError
+    from sarlab.real.launch.launcher import WorkerError
 
     err = pickle.loads(pickle.dumps(WorkerError(3, "killed by SIGKILL")))
     assert (err.rank, err.reason, str(err)) == (3, "killed by SIGKILL", "rank 3 failed: killed by SIGKILL")

@@ -12,10 +12,10 @@ from sarlab.core.aggregate import ShardAggregate
 from sarlab.core.config import EngineConfig
 from sarlab.core.shards import ShardedGraph
 from sarlab.data.graphs import Graph, synthetic_graph
-from sarlab.executor.commands.verify import format_table, verify
 from sarlab.kernels import torch_backend
 from sarlab.nn import GATConv
 from sarlab.nn.model import ModelConfig
+from sarlab.real.commands.verify import format_table, verify
 
 HEADS = (1, 2, 4, 8)
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import sarlab
-from sarlab.core.train import TrainConfig
 from sarlab.data.graphs import synthetic_graph
+from sarlab.training.trainer import TrainConfig
 
 
 def _quiet(_msg: str) -> None:
@@ -94,8 +94,8 @@ def test_saved_model_predicts_what_the_run_predicted(tmp_path):
 @pytest.mark.timeout(300)
 def test_public_split_accuracy_code_path(tmp_path):
     """The public-split comparison (results/accuracy_public_split.md) runs end to end on 1 seed, 3 epochs."""
-    from sarlab.executor.reproduce.accuracy_pyg import PublicSplitConfig, run_public_split, write_public_split
-    from sarlab.executor.reproduce.accuracy_table import AccuracyConfig
+    from sarlab.real.reproduce.accuracy_pyg import PublicSplitConfig, run_public_split, write_public_split
+    from sarlab.real.reproduce.accuracy_table import AccuracyConfig
 
     assert AccuracyConfig.graphs[0][1] == "planetoid:cora"  # the shipped public split, no path outside the package
     cfg = PublicSplitConfig(graphs=(("Cora", "planetoid:cora"),), workers=2, seeds=(0,), inits=("pyg",),

@@ -197,7 +197,7 @@ _DGL_SCRIPT = """
 import sys
 import numpy as np, torch, dgl
 from sarlab.data.graphs import synthetic_graph
-from sarlab.executor.commands.partition_cmd import main
+from sarlab.real.commands.partition_cmd import main
 g = synthetic_graph(nodes=300, degree=6, features=12, classes=4, seed=3)
 d = dgl.graph((torch.from_numpy(g.src), torch.from_numpy(g.dst)), num_nodes=g.num_nodes)
 d.ndata["feat"] = torch.from_numpy(g.features)

@@ -1,4 +1,4 @@
-"""Smoke test of ``python -m sarlab.executor.bench.kernel_speed`` (this tree against itself on a tiny graph) and its
+"""Smoke test of ``python -m sarlab.real.bench.kernel_speed`` (this tree against itself on a tiny graph) and its
 graph."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from sarlab.executor.bench.kernel_speed import DEFAULT_OUT, TREE_ROOT, make_graph
+from sarlab.real.bench.kernel_speed import DEFAULT_OUT, TREE_ROOT, make_graph
 
 
 @pytest.mark.parametrize("graph", ["skewed", "uniform"])
@@ -29,7 +29,7 @@ def test_graph_has_the_edges_asked_for_sorted_within_rows(graph):
 @pytest.mark.timeout(900)
 def test_command_writes_both_engines_and_ratios(tmp_path):
     out = tmp_path / "speed"
-    cmd = [sys.executable, "-m", "sarlab.executor.bench.kernel_speed", "--base-root", TREE_ROOT, "--out", str(out),
+    cmd = [sys.executable, "-m", "sarlab.real.bench.kernel_speed", "--base-root", TREE_ROOT, "--out", str(out),
            "--nodes", "300",
            "--edges", "3000", "--channels", "4", "--heads", "1,3", "--reps", "2", "--inner", "1"]
     try:
@@ -50,7 +50,7 @@ def test_command_writes_both_engines_and_ratios(tmp_path):
 def test_default_output_is_not_under_results():
     from pathlib import Path
 
-    from sarlab.paths import cache_dir
+    from sarlab.common.paths import cache_dir
 
     out = Path(DEFAULT_OUT)
     assert out.is_relative_to(cache_dir()) and "results" not in out.relative_to(cache_dir()).parts

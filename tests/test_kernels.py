@@ -1,5 +1,5 @@
 """Tests of kernels/: fused GAT attention and CSR max (C++ and torch backends) against independent references,
-and a smoke test of their benchmark (``sarlab.executor.bench.kernel_bench``).
+and a smoke test of their benchmark (``sarlab.real.bench.kernel_bench``).
 
 References: a dense [Nd,Ns] masked softmax written here with plain torch ops (autograd gives its
 gradients) and torch.scatter_reduce('amax') for the max aggregation. The kernels' forward and backward are
@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from sarlab import kernels
-from sarlab.executor.bench.kernel_bench import DEFAULT_OUT, build_parser
 from sarlab.kernels import _loader
+from sarlab.real.bench.kernel_bench import DEFAULT_OUT, build_parser
 
 BACKENDS = ("cpp", "torch")
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: dict(rtol=1e-10, atol=1e-10)}
@@ -488,7 +488,7 @@ def test_kernel_bench_quick_writes_outputs(tmp_path, cpp_built: bool) -> None:
 def test_kernel_bench_default_output_is_not_committed_results() -> None:
     from pathlib import Path
 
-    from sarlab.paths import cache_dir
+    from sarlab.common.paths import cache_dir
 
     assert build_parser().parse_args([]).out == DEFAULT_OUT
     assert Path(DEFAULT_OUT).is_relative_to(cache_dir()) and "results" not in Path(DEFAULT_OUT).parts[-2:]

@@ -14,22 +14,22 @@ import torch
 import torch.distributed as dist
 from conftest import run_cli, spawn_ranks
 
-from sarlab.core.checkpoint import load_model
 from sarlab.core.comm import Comm
 from sarlab.core.config import EngineConfig
-from sarlab.core.reference import reference_step
 from sarlab.core.shards import ShardedGraph
-from sarlab.core.train import DTYPES, TrainConfig
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.partition import load_part, partition
 from sarlab.data.validate_data import InputError
-from sarlab.executor.commands.verify import Comparison, compare, format_table
-from sarlab.executor.launch.jobs import Job
-from sarlab.executor.launch.launcher import launch
 from sarlab.nn.functional import uniform_by_id
 from sarlab.nn.model import GNN, ModelConfig
+from sarlab.real.commands.verify import Comparison, compare, format_table
+from sarlab.real.launch.jobs import Job
+from sarlab.real.launch.launcher import launch
 from sarlab.strategies.correct_smooth import PRESETS, CSConfig, correct_and_smooth
 from sarlab.strategies.label_aug import LABEL_STREAM, label_input_mask
+from sarlab.training.checkpoint import load_model
+from sarlab.training.reference import reference_step
+from sarlab.training.trainer import DTYPES, TrainConfig
 
 RATE = 0.5
 

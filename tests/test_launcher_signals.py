@@ -22,7 +22,7 @@ from faults_common import processes_of
 
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.partition import partition
-from sarlab.executor.launch import netns
+from sarlab.real.launch import netns
 
 WHY_NO_NETWORK = ("needs root (network namespaces)" if os.geteuid() != 0 else
                   "needs ip and tc (iproute2)" if not (shutil.which("ip") and shutil.which("tc")) else None)

@@ -7,11 +7,11 @@ import torch
 
 from sarlab.core.aggregators import Aggregation
 from sarlab.core.config import EngineConfig
-from sarlab.core.reference import reference_step
 from sarlab.core.shards import ShardedGraph
 from sarlab.nn import DistBatchNorm, GATConv, GCNConv, SAGEConv
 from sarlab.nn.functional import dropout_by_id, uniform_by_id
 from sarlab.nn.model import GNN, ModelConfig
+from sarlab.training.reference import reference_step
 
 
 def _single(g):

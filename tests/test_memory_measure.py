@@ -12,12 +12,12 @@ import textwrap
 import pytest
 
 from sarlab.core.config import EngineConfig
-from sarlab.core.train import TrainConfig
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.partition import partition
-from sarlab.executor.launch.jobs import Job
-from sarlab.executor.launch.launcher import launch
 from sarlab.nn.model import ModelConfig
+from sarlab.real.launch.jobs import Job
+from sarlab.real.launch.launcher import launch
+from sarlab.training.trainer import TrainConfig
 
 MiB = 1 << 20
 

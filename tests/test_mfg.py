@@ -12,17 +12,17 @@ from conftest import run_cli
 
 from sarlab.core.comm import Comm
 from sarlab.core.config import EngineConfig
-from sarlab.core.reference import reference_step
 from sarlab.core.shards import ShardedGraph
-from sarlab.core.train import DTYPES, TrainConfig, Trainer
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.hetero import hetero_graph
 from sarlab.data.partition import load_part, partition
 from sarlab.data.validate_data import InputError
-from sarlab.executor.launch.jobs import Job
-from sarlab.executor.launch.launcher import launch
 from sarlab.nn.model import GNN, ModelConfig
+from sarlab.real.launch.jobs import Job
+from sarlab.real.launch.launcher import launch
 from sarlab.strategies.mfg import PrunedGraph
+from sarlab.training.reference import reference_step
+from sarlab.training.trainer import DTYPES, TrainConfig, Trainer
 
 
 def _bfs_levels(src: np.ndarray, dst: np.ndarray, seeds: np.ndarray, layers: int) -> list[np.ndarray]:

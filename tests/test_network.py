@@ -18,16 +18,16 @@ from conftest import ROOT, run_cli
 from faults_common import assert_nothing_left, run_sarlab
 
 from sarlab.core.config import EngineConfig
-from sarlab.core.train import TrainConfig
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.partition import partition
-from sarlab.executor.bench import netbench
-from sarlab.executor.launch import netns
-from sarlab.executor.launch.jobs import Job
-from sarlab.executor.launch.launcher import launch
-from sarlab.executor.launch.lifecycle import pid_alive
-from sarlab.executor.launch.netspec import NetSpec
 from sarlab.nn.model import ModelConfig
+from sarlab.real.bench import netbench
+from sarlab.real.launch import netns
+from sarlab.real.launch.jobs import Job
+from sarlab.real.launch.launcher import launch
+from sarlab.real.launch.lifecycle import pid_alive
+from sarlab.real.launch.netspec import NetSpec
+from sarlab.training.trainer import TrainConfig
 
 
 def _why_no_network() -> str | None:
@@ -104,7 +104,7 @@ def test_clear_error_when_not_root():
         pytest.skip("needs setpriv (util-linux) to drop root")
     drop = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable]
     env = dict(os.environ, HOME="/tmp")
-    probe = subprocess.run([*drop, "-c", "import sarlab.executor.commands.cli"], capture_output=True, text=True,
+    probe = subprocess.run([*drop, "-c", "import sarlab.real.commands.cli"], capture_output=True, text=True,
                             timeout=120, cwd=ROOT,
                            env=env)
     if probe.returncode != 0:  # e.g. a checkout under a 0700 directory: nobody cannot even import the code

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from sarlab.executor.bench.network_scaling import main, summarize_network
+from sarlab.real.bench.network_scaling import main, summarize_network
 
 
 def _records(rate: str, epoch_s: list[float], wait_s: float, sent: int) -> list[dict]:

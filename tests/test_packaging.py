@@ -16,7 +16,7 @@ import pytest
 import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = {"sarlab": "sarlab", "kernels": "sarlab.kernels", "simulator": "sarlab.simulator", "real": "sarlab.executor"}
+FOLDERS = {"sarlab": "sarlab", "kernels": "sarlab.kernels", "simulator": "sarlab.simulator", "real": "sarlab.real"}
 TIMEOUT = 600
 
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from sarlab.core import phases
-from sarlab.executor.profile.attribution import (
+from sarlab.real.profile.attribution import (
     CATEGORIES,
     FALLBACK_RULES,
     HEADING_OF_TAG,
@@ -31,7 +31,7 @@ from sarlab.executor.profile.attribution import (
     site_of,
     tag_of,
 )
-from sarlab.executor.profile.command import main, parse_modes
+from sarlab.real.profile.command import main, parse_modes
 
 GRAPH = "synthetic:nodes=1500,degree=8,features=16,classes=4"
 MODES = ("sar", "oneshot")
@@ -45,7 +45,7 @@ EXPECTED_HEADING = {"aggregation": "local activations", "remote_rows": "remote r
 
 
 def _profile(out_dir: str, json_path: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "sarlab.executor.profile.command", "--graph", GRAPH, "--workers", str(WORKERS),
+    cmd = [sys.executable, "-m", "sarlab.real.profile.command", "--graph", GRAPH, "--workers", str(WORKERS),
            "--modes",
            ",".join(MODES), "--model", "sage", "--layers", "2", "--hidden", "32", "--epochs", "1",
            "--out", out_dir, "--json", json_path]
@@ -250,11 +250,11 @@ def _tag(tag: str) -> Frame:
 
 def test_classify_files_stacks_by_the_innermost_tag_or_fallback_rule():
     forward = [Frame("sarlab/nn/model.py", "GNN.forward", 89),
-               Frame("sarlab/core/train.py", "Trainer.forward_backward", 64)]
+               Frame("sarlab/training/trainer.py", "Trainer.forward_backward", 64)]
     backward = [_tag("aggregation_backward"), Frame("torch/autograd/function.py", "apply", 307),
                 Frame("torch/autograd/graph.py", "_engine_run_backward", 979),
                 Frame("torch/autograd/__init__.py", "grad", 503),
-                Frame("sarlab/core/train.py", "Trainer.forward_backward", 68)]
+                Frame("sarlab/training/trainer.py", "Trainer.forward_backward", 68)]
     any_name = Frame("sarlab/core/aggregate.py", "whatever_it_is_called", 40)
     assert classify([any_name, _tag("remote_rows"), _tag("aggregation")] + forward) == "remote rows"
     assert tag_of([any_name, _tag("remote_rows"), _tag("aggregation")] + forward) == "remote_rows"
@@ -274,7 +274,7 @@ def test_classify_files_stacks_by_the_innermost_tag_or_fallback_rule():
     assert classify(imported) == "other"
     # untagged frames of the layers and the loss, then everything else
     assert classify(forward) == "local activations"
-    assert classify([Frame("sarlab/core/train.py", "Trainer.accuracy", 84)]) == "other"
+    assert classify([Frame("sarlab/training/trainer.py", "Trainer.accuracy", 84)]) == "other"
     assert classify([]) == "other" and tag_of([]) == UNTAGGED
     location, callers = site_of([any_name, _tag("remote_rows")] + forward)
     assert location.startswith("sarlab/core/aggregate.py:40") and callers[0] == "GNN.forward:89"

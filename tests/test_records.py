@@ -6,7 +6,7 @@ import math
 import pandas as pd
 import pytest
 
-from sarlab.core.records import RECORD_COLUMNS, describe, summarize
+from sarlab.common.records import RECORD_COLUMNS, describe, summarize
 
 
 def _records() -> pd.DataFrame:

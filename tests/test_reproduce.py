@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from conftest import ROOT
 
-from sarlab.executor.reproduce.reproduce_plan import build_plan, select_steps, unit_outputs
+from sarlab.real.reproduce.reproduce_plan import build_plan, select_steps, unit_outputs
 
 FIGURES = {"fig2": {"measured"}, "fig3": {"measured", "simulated"}, "fig4": {"measured", "simulated"},
            "fig5": {"simulated"}, "fig6": {"simulated"}}
@@ -26,7 +26,7 @@ ONLY = ["--only", ",".join(STEPS)]
 
 def reproduce(args: list[str], timeout: float) -> subprocess.CompletedProcess:
     """Run ``sarlab reproduce ARGS``; fail with its output on a non-zero exit or a timeout."""
-    cmd = [sys.executable, "-m", "sarlab.executor.reproduce.reproduce", *args]
+    cmd = [sys.executable, "-m", "sarlab.real.reproduce.reproduce", *args]
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     except subprocess.TimeoutExpired as err:
@@ -127,7 +127,7 @@ def test_force_and_changed_parameters_rerun_a_step(quick):
 
 
 def test_unknown_step_is_refused(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "sarlab.executor.reproduce.reproduce", "--quick", "--only", "fig9",
+    res = subprocess.run([sys.executable, "-m", "sarlab.real.reproduce.reproduce", "--quick", "--only", "fig9",
                           "--out",
                           str(tmp_path)], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert res.returncode == 2 and "unknown step 'fig9'" in res.stderr, res.stderr

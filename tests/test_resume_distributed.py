@@ -14,9 +14,9 @@ import pytest
 import torch
 from conftest import run_cli
 
-from sarlab.core.checkpoint import load_checkpoint, load_model
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.partition import partition
+from sarlab.training.checkpoint import load_checkpoint, load_model
 
 MODEL = ["--model", "sage", "--layers", "3", "--hidden", "16", "--dropout", "0.5", "--batchnorm", "--seed", "1",
          "--dtype", "float64", "--lr", "0.02", "--eval-every", "2"]

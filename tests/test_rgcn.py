@@ -12,21 +12,21 @@ import pytest
 import torch
 from conftest import run_cli
 
-from sarlab.core.checkpoint import load_model
 from sarlab.core.config import EngineConfig
-from sarlab.core.reference import reference_step
 from sarlab.core.shards import ShardedGraph
-from sarlab.core.train import DTYPES, TrainConfig
 from sarlab.data.graphs import load_graph, synthetic_graph
 from sarlab.data.hetero import MAG_NODES, NODE_TYPES, RELATIONS, hetero_graph
 from sarlab.data.partition import check_partition, load_manifest, load_part, partition
 from sarlab.data.validate_data import InputError, check_graph, check_manifest_fields, check_part_arrays
-from sarlab.executor.commands.verify import compare, format_table
-from sarlab.executor.launch.jobs import Job
-from sarlab.executor.launch.launcher import launch
 from sarlab.nn import RGCNConv
 from sarlab.nn.model import GNN, ModelConfig
 from sarlab.nn.rgcn import EdgeRelationalAggregation, inverse_relation_degree
+from sarlab.real.commands.verify import compare, format_table
+from sarlab.real.launch.jobs import Job
+from sarlab.real.launch.launcher import launch
+from sarlab.training.checkpoint import load_model
+from sarlab.training.reference import reference_step
+from sarlab.training.trainer import DTYPES, TrainConfig
 
 
 @pytest.fixture(scope="module")

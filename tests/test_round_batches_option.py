@@ -8,12 +8,12 @@ import pytest
 
 import sarlab
 from sarlab.core.config import SamplingConfig
-from sarlab.core.train import TrainConfig
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.validate_data import InputError
-from sarlab.executor.commands.options import sampling_config
-from sarlab.executor.commands.train_cmd import build_parser
 from sarlab.nn.model import ModelConfig
+from sarlab.real.commands.options import sampling_config
+from sarlab.real.commands.train_cmd import build_parser
+from sarlab.training.trainer import TrainConfig
 
 
 def test_round_batches_is_validated_and_defaults_to_the_epoch():

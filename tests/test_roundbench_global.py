@@ -1,5 +1,5 @@
-"""sarlab.executor.calibration.roundbench's global rounds (the SAR library's round: one exchange with every peer) on
-loopback ranks, and the simulator's round model of its patterns (sarlab.simulator.network.roundmodel) against
+"""sarlab.real.calibration.roundbench's global rounds (the SAR library's round: one exchange with every peer) on
+loopback ranks, and the simulator's round model of its patterns (sarlab.simulator.system.roundmodel) against
 hand-computed pass times."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from dataclasses import replace
 import pytest
 from test_simulator_fixtures import hand_profile
 
-from sarlab.executor.calibration.roundbench import fit_shared_efficiency, measure, summarize
+from sarlab.real.calibration.roundbench import fit_shared_efficiency, measure, summarize
 from sarlab.simulator.hardware.profile import Link
-from sarlab.simulator.network.roundmodel import model_pass, pass_bytes
+from sarlab.simulator.system.roundmodel import model_pass, pass_bytes
 
 NBYTES = 400  # 100 fp32 elements per message
 

@@ -50,7 +50,7 @@ def _worker_pid(launcher: int, rank: int) -> int:
             cmd = open(stat.replace("stat", "cmdline"), "rb").read().split(b"\0")
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == launcher and b"sarlab.executor.launch.worker_entry" in cmd and cmd[-2:-1] == [str(rank).encode()]:
+        if ppid == launcher and b"sarlab.real.launch.worker_entry" in cmd and cmd[-2:-1] == [str(rank).encode()]:
             return int(stat.split("/")[2])
     raise AssertionError(f"no rank {rank} worker of launcher {launcher}")
 
@@ -99,7 +99,7 @@ def test_torchrun_restart_resumes_with_one_command_line(pdir, tmp_path, backend)
 
     The restarted round rendezvouses through the same agent store as the first: it once read the first round's
     keys (rank 1 connected to rank 0's dead address, gloo 'Connection refused'); a prefix per round keeps them
-    apart (:func:`sarlab.executor.launch.worker._round_store`)."""
+    apart (:func:`sarlab.real.launch.worker._round_store`)."""
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     model = ["--epochs", "6", "--hidden", "8", "--dtype", "float64", "--dropout", "0.5", "--seed", "3", "--backend",
              built(backend)]

@@ -16,10 +16,10 @@ import time
 import pytest
 from conftest import ROOT, run_cli
 
-from sarlab.core import checkpoint as ck
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.partition import PartitionError, load_manifest, manifest_digest, partition
-from sarlab.executor.launch import outputs
+from sarlab.real.launch import outputs
+from sarlab.training import checkpoint as ck
 
 TRAIN = ["train", "--epochs", "3", "--hidden", "8", "--eval-every", "0", "--workers", "2"]
 
@@ -159,7 +159,7 @@ def test_free_space_is_checked_before_training(tmp_path, monkeypatch):
     from collections import namedtuple
 
     import sarlab
-    from sarlab.executor.launch import outputs
+    from sarlab.real.launch import outputs
 
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(outputs.shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 1000, 1000))

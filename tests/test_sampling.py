@@ -1,5 +1,5 @@
 """Mini-batch training with distributed neighbour sampling (``sarlab.strategies.sampling``,
-``sarlab.strategies.minibatch``).
+``sarlab.training.minibatch``).
 
 References are independent of the code under test: PyG's layers with the same weights on the whole graph (fan-out
 ``all``) or on the sampled blocks rebuilt from the edges the workers report, counts over the graph's edge list,
@@ -22,16 +22,16 @@ from conftest import run_cli, spawn_ranks
 
 from sarlab.core.comm import Comm
 from sarlab.core.config import ALL_NEIGHBOURS, EngineConfig, SamplingConfig, parse_fanouts
-from sarlab.core.reference import ReferenceModel, reference_step
 from sarlab.core.shards import ShardedGraph
-from sarlab.core.train import TrainConfig
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.partition import load_manifest, load_part, partition
 from sarlab.data.validate_data import InputError
 from sarlab.nn.functional import dropout_by_id
 from sarlab.nn.model import GNN, ModelConfig
-from sarlab.strategies.minibatch import MiniBatchTrainer
 from sarlab.strategies.sampling import GraphStore, pack_mask, unpack_mask
+from sarlab.training.minibatch import MiniBatchTrainer
+from sarlab.training.reference import ReferenceModel, reference_step
+from sarlab.training.trainer import TrainConfig
 
 MODELS = (("gcn", "mean"), ("sage", "mean"), ("sage", "max"), ("gat", "mean"))
 STEP_KEY = 7  # the dropout key of the checked step

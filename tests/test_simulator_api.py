@@ -14,7 +14,7 @@ import pytest
 from test_simulator_fixtures import hand_profile, two_parts, write_manifest
 
 import sarlab
-from sarlab.core.records import RECORD_COLUMNS
+from sarlab.common.records import RECORD_COLUMNS
 from sarlab.simulator import api
 from sarlab.simulator.hardware import provenance
 

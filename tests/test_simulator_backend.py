@@ -12,13 +12,13 @@ import pytest
 from backends_common import require_ccl
 from test_simulator_fixtures import hand_profile, run1, two_parts, write_manifest
 
-import sarlab.executor.commands.simulate_cmd as simulate_cmd
-from sarlab.executor.commands.simulate_cmd import calibrate_main, simulate_main
+import sarlab.real.commands.simulate_cmd as simulate_cmd
+from sarlab.real.commands.simulate_cmd import calibrate_main, simulate_main
 from sarlab.simulator.hardware.backends import COMM_FIELDS, OVERLAY_FIELDS
 from sarlab.simulator.hardware.profile import Link, Profile, load_profile, save_profile
 from sarlab.simulator.hardware.provenance import resolve_profile, shipped_profiles
-from sarlab.simulator.studies.sweep import simulate_sweep
 from sarlab.simulator.studies.validate import backend_ratios, error_summary, validate
+from sarlab.simulator.system.sweep import simulate_sweep
 from sarlab.simulator.workload.model import ModelSpec
 
 GCN1 = ModelSpec("gcn", layers=1, hidden=4)
@@ -225,7 +225,7 @@ def test_commbench_runs_over_ccl():
     """The message benchmark itself over oneCCL: 2 ranks, one repeat, a ring and an all-to-all of 256 bytes and one
     all-reduce (skipped where oneCCL is not installed)."""
     require_ccl()  # build once here, not in both ranks at once
-    from sarlab.simulator.calibration.hostbench import launch_commbench
+    from sarlab.real.calibration.hostbench import launch_commbench
 
     result = launch_commbench(2, 1, [256], timeout=120, backend="ccl", allreduce_sizes=(8,))
     assert result["backend"] == "ccl" and result["world"] == 2
@@ -280,7 +280,7 @@ def _commbench_run(world: int, bg_per_op: float) -> dict:
 def test_calibration_measures_background_cpu_apart_for_crowded_hosts(monkeypatch):
     """The ccl overlay's per-message CPU from the commbench worlds on each side of the cores, its per-byte CPU on a
     crowded host from netbench told that its host launches one rank more than its cores."""
-    from sarlab.executor.calibration import calibrate
+    from sarlab.real.calibration import calibrate
     from sarlab.simulator.calibration.calibration import Calibration, Findings
 
     told = []

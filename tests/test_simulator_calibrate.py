@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 from test_simulator_fixtures import hand_profile
 
-import sarlab.executor.calibration.calibrate as calibrate_module
+import sarlab.real.calibration.calibrate as calibrate_module
 import sarlab.simulator.calibration.probe as probe_module
-from sarlab.executor.bench.bench import _Prober
-from sarlab.executor.commands.simulate_cmd import calibrate_main, simulate_main
+from sarlab.real.bench.bench import _Prober
+from sarlab.real.calibration.hostbench import bench_first_use, bench_share, launch_commbench
+from sarlab.real.calibration.sharebench import window_order
+from sarlab.real.commands.simulate_cmd import calibrate_main, simulate_main
 from sarlab.simulator.calibration.calibration import Calibration, Findings
 from sarlab.simulator.calibration.fitting import (
     fit_scale_curve,
@@ -22,8 +24,6 @@ from sarlab.simulator.calibration.fitting import (
     share_eta,
     thread_eta,
 )
-from sarlab.simulator.calibration.hostbench import bench_first_use, bench_share, launch_commbench
-from sarlab.simulator.calibration.sharebench import window_order
 from sarlab.simulator.hardware.plausibility import implausible_compute_scale, implausible_thread_effs
 from sarlab.simulator.hardware.profile import OpCost, icelake_hdr200, load_profile, reference_laptop
 from sarlab.simulator.hardware.provenance import plausibility_warnings, shipped_profiles
@@ -148,7 +148,7 @@ def test_commbench_ranks_know_they_share_the_host(monkeypatch):
         seen.append(env)
         raise Stop
 
-    monkeypatch.setattr("sarlab.simulator.calibration.hostbench.subprocess.Popen", fake_popen)
+    monkeypatch.setattr("sarlab.real.calibration.hostbench.subprocess.Popen", fake_popen)
     with pytest.raises(Stop):
         launch_commbench(4, 1, [256], backend="ccl")
     assert seen[0]["LOCAL_WORLD_SIZE"] == "4"

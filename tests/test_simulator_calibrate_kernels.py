@@ -8,14 +8,14 @@ from dataclasses import replace
 import pytest
 import torch
 
-import sarlab.executor.calibration.calibrate as calibrate_module
-import sarlab.simulator.calibration.engine_runs as engine_runs
-import sarlab.simulator.calibration.gatbench as gatbench
-import sarlab.simulator.calibration.opbench as opbench
+import sarlab.real.calibration.calibrate as calibrate_module
+import sarlab.real.calibration.engine_runs as engine_runs
+import sarlab.real.calibration.gatbench as gatbench
+import sarlab.real.calibration.opbench as opbench
 from sarlab import kernels
 from sarlab.core.shards import Shard
-from sarlab.executor.commands.simulate_cmd import calibrate_main
 from sarlab.nn.gat import AttentionAggregation
+from sarlab.real.commands.simulate_cmd import calibrate_main
 from sarlab.simulator.calibration.calibration import Calibration, Findings
 from sarlab.simulator.hardware.plausibility import implausible_compute_scale
 from sarlab.simulator.hardware.profile import load_profile, reference_laptop

@@ -13,14 +13,14 @@ import pandas as pd
 import pytest
 from test_simulator_fixtures import hand_profile, probe_records, run1, two_parts, write_manifest
 
-import sarlab.executor.commands.options as real_options
-from sarlab.core.machine import cpu_model, usable_cores
-from sarlab.core.records import RECORD_COLUMNS
-from sarlab.executor.commands.simulate_cmd import MODEL_DEFAULTS, base_model, simulate_main, simulate_parser
+import sarlab.real.commands.options as real_options
+from sarlab.common.machine import cpu_model, usable_cores
+from sarlab.common.records import RECORD_COLUMNS
+from sarlab.real.commands.simulate_cmd import MODEL_DEFAULTS, base_model, simulate_main, simulate_parser
+from sarlab.simulator.calibration.measured import machine_mismatch, read_records, summarize_measured, with_defaults
 from sarlab.simulator.calibration.probe import PROBE_MODEL
 from sarlab.simulator.hardware.profile import save_profile
 from sarlab.simulator.hardware.provenance import DEFAULT_PROFILE, PROFILES_DIR, resolve_profile, shipped_profiles
-from sarlab.simulator.studies.measured import machine_mismatch, read_records, summarize_measured, with_defaults
 from sarlab.simulator.studies.validate import validate
 from sarlab.simulator.system.epoch import simulate_epoch
 from sarlab.simulator.system.runspec import RunSpec

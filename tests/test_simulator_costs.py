@@ -12,7 +12,7 @@ from test_simulator_fixtures import INF, hand_profile, run1, two_parts
 
 from sarlab.simulator.calibration.fitting import fit_message_costs
 from sarlab.simulator.hardware.profile import Profile
-from sarlab.simulator.system.costs import allreduce_seconds
+from sarlab.simulator.network.collectives import allreduce_seconds
 from sarlab.simulator.system.jitter import jitter_delays
 from sarlab.simulator.workload.model import ModelSpec
 from sarlab.simulator.workload.workload import PartitionStats

@@ -1,6 +1,6 @@
 """GAT's priced ops and per-shard temporaries, by hand from what the engine runs, and the compute-scale warning.
 
-The op lists follow what :mod:`sarlab.simulator.calibration.gatbench` times (``AttentionAggregation.accumulate`` /
+The op lists follow what :mod:`sarlab.real.calibration.gatbench` times (``AttentionAggregation.accumulate`` /
 ``shard_vjp``, the whole of them) and what the engine runs outside those calls (``finalize``;
 ``SequentialAggregate.backward``'s zeroed gradients). The temporaries are inventories of the tensors
 ``kernels/torch_backend.py`` and the fused path hold at their peak, written out tensor by tensor.

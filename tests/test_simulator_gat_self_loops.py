@@ -223,7 +223,7 @@ def test_sampled_steps_price_the_self_loops_on_each_blocks_destination_rows():
 def test_validation_keeps_the_records_self_loops_apart():
     """Records of the same GAT configuration with and without self loops are two configurations after
     summarize_measured, each priced with its own flag; records without the column mean the engine's default."""
-    from sarlab.simulator.studies.measured import summarize_measured, with_defaults
+    from sarlab.simulator.calibration.measured import summarize_measured, with_defaults
 
     base = dict(mode="sar", model="gat", workers=1, rank=0, epoch_time_s=1.0, compute_s=1.0, comm_wait_s=0.0,
                 peak_mem_bytes=2e6, baseline_mem_bytes=1e6, num_nodes=100, num_edges=400, feature_dim=5,

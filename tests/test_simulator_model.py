@@ -14,8 +14,9 @@ from test_simulator_fixtures import INF, hand_profile, run1, two_parts, write_ma
 from sarlab.nn import gat
 from sarlab.simulator.calibration.fitting import fit_cache
 from sarlab.simulator.hardware.profile import Link, OpCost, Profile, icelake_hdr200, load_profile, save_profile
+from sarlab.simulator.network.collectives import allreduce_seconds
 from sarlab.simulator.network.network import SharedCores
-from sarlab.simulator.system.costs import CostModel, allreduce_seconds
+from sarlab.simulator.system.costs import CostModel
 from sarlab.simulator.system.epoch import predicted_peak, simulate_epoch
 from sarlab.simulator.system.pricing import EpochPricing
 from sarlab.simulator.system.runspec import RunSpec, resolve_placement

@@ -12,9 +12,9 @@ from test_simulator_fixtures import INF, hand_profile
 from sarlab.simulator.hardware.profile import Link
 from sarlab.simulator.network.linkprofile import for_network, parse_net, read_link_profile
 from sarlab.simulator.studies.pairstudy import pair_matrices, pair_statistics
-from sarlab.simulator.studies.sweep import simulate_sweep
 from sarlab.simulator.system.epoch import simulate_epoch
 from sarlab.simulator.system.runspec import RunSpec
+from sarlab.simulator.system.sweep import simulate_sweep
 from sarlab.simulator.workload.model import ModelSpec
 from sarlab.simulator.workload.pairlaw import draw_partition, load_families
 from sarlab.simulator.workload.workload import PartitionStats, estimate_partition
@@ -91,7 +91,7 @@ def test_a_run_takes_the_link_profile_of_its_own_backend(tmp_path):
 
 
 def test_shaping_cpu_of_a_link_profile_joins_the_cpu_per_byte(tmp_path):
-    """The emulated path's CPU per byte (``shaping_cpu_s_per_byte``, :mod:`sarlab.executor.calibration.shapebench`) is
+    """The emulated path's CPU per byte (``shaping_cpu_s_per_byte``, :mod:`sarlab.real.calibration.shapebench`) is
     added to the base profile's CPU per point-to-point byte on a veth network, 2 + 3 = 5 us per byte here (loopback
     keeps 2): the epoch is the one of a base profile with 5 us per byte, and slower than without shaping where the
     workers share the cores."""

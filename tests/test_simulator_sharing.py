@@ -13,14 +13,14 @@ import pytest
 import simpy
 from test_simulator_fixtures import INF, hand_profile
 
-from sarlab.executor.calibration.roundbench import fit_shared_efficiency
+from sarlab.real.calibration.roundbench import fit_shared_efficiency
 from sarlab.simulator.hardware.profile import Link
 from sarlab.simulator.network.linkprofile import read_link_profile
 from sarlab.simulator.network.network import Network, ResourceNetwork
 from sarlab.simulator.network.sharing import SharedLink, shared_occupancy, with_sharing
-from sarlab.simulator.studies.sweep import simulate_sweep
 from sarlab.simulator.system.epoch import simulate_epoch
 from sarlab.simulator.system.runspec import RunSpec
+from sarlab.simulator.system.sweep import simulate_sweep
 from sarlab.simulator.workload.model import ModelSpec
 from sarlab.simulator.workload.workload import estimate_partition
 
@@ -98,7 +98,7 @@ def test_link_profiles_carry_the_shared_efficiency(tmp_path):
 
 
 def test_simulate_sweeps_on_veth_apply_the_link_files_shared_efficiency(tmp_path):
-    """``sarlab simulate --net veth:... --link FILE`` (:func:`sarlab.simulator.studies.sweep.simulate_sweep`) prices the
+    """``sarlab simulate --net veth:... --link FILE`` (:func:`sarlab.simulator.system.sweep.simulate_sweep`) prices the
     inter-host link with the file's ``shared_efficiency``: its oneshot epoch (compute free, one worker per host) is the
     one of a profile whose inter-host link is the hand-built SharedLink (latency 1e-3 s less the base gap, the file's
     bandwidth, eta 0.5), and longer than with the same file without the field."""

@@ -11,7 +11,7 @@ import pytest
 import simpy
 from backends_common import require_ccl
 
-from sarlab.executor.calibration.progressbench import measure, summarize
+from sarlab.real.calibration.progressbench import measure, summarize
 from sarlab.simulator.hardware.profile import icelake_hdr200
 from sarlab.simulator.system.clock import Worker, WorkerClocks
 from sarlab.simulator.system.epoch import simulate_epoch

@@ -347,7 +347,7 @@ def test_prices_from_a_file(tmp_path):
 
 
 def test_simulate_cli_prices_sampling_and_stale(tmp_path, capsys):
-    from sarlab.executor.commands.simulate_cmd import simulate_main
+    from sarlab.real.commands.simulate_cmd import simulate_main
 
     out = tmp_path / "sim.json"
     graph = "estimate:nodes=20000,edges=200000,features=16,classes=4,train=10000"

@@ -19,13 +19,13 @@ from conftest import run_cli, spawn_ranks
 
 from sarlab.core.comm import Comm
 from sarlab.core.config import EngineConfig
-from sarlab.core.reference import ReferenceModel, reference_step
 from sarlab.core.shards import ShardedGraph
-from sarlab.core.train import TrainConfig, Trainer
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.partition import load_part, partition
 from sarlab.data.validate_data import InputError
 from sarlab.nn.model import GNN, ModelConfig
+from sarlab.training.reference import ReferenceModel, reference_step
+from sarlab.training.trainer import TrainConfig, Trainer
 
 WORKERS = 3
 EPOCHS = 4
@@ -251,7 +251,7 @@ def test_strategies_plan_interleaves_and_tables_read_the_records():
     """The head-to-head driver's plan and per-run table, on hand-made records (no training)."""
     import pandas as pd
 
-    from sarlab.executor.bench.strategies import StrategiesConfig, default_strategies, plan, run_table
+    from sarlab.real.bench.strategies import StrategiesConfig, default_strategies, plan, run_table
 
     strategies = default_strategies((5, 5), 64)
     order = plan(StrategiesConfig(seeds=(0, 1), nets=("loopback", "veth:rate=200mbit")), strategies)

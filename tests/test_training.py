@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from sarlab.core.config import EngineConfig
-from sarlab.core.train import RECORD_COLUMNS, TrainConfig
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.partition import partition
-from sarlab.executor.launch.jobs import Job
-from sarlab.executor.launch.launcher import launch
 from sarlab.nn.model import ModelConfig
+from sarlab.real.launch.jobs import Job
+from sarlab.real.launch.launcher import launch
+from sarlab.training.trainer import RECORD_COLUMNS, TrainConfig
 
 
 @pytest.fixture(scope="module")

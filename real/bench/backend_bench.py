@@ -1,5 +1,5 @@
 """gloo vs ccl side by side, one sitting: collectives, ring rounds and training epochs, on loopback and on
-emulated hosts (``python -m sarlab.executor.bench.backend_bench --out DIR``; ``make bench-backends``).
+emulated hosts (``python -m sarlab.real.bench.backend_bench --out DIR``; ``make bench-backends``).
 
 For every network of ``--nets`` (default ``loopback`` and ``veth:rate=1gbit``: one emulated host per rank, each
 with a 1 Gbit/s full-duplex link), in this order:
@@ -10,7 +10,7 @@ with a 1 Gbit/s full-duplex link), in this order:
   repeats, ccl first in odd ones. ``seconds`` is the mean time of one call over a timed loop (after two warm-up
   calls, between barriers); ``GBps`` = bytes per rank / seconds (the algorithm bandwidth, not the bytes on the
   wire).
-* **rounds** (:mod:`sarlab.executor.calibration.roundbench`, 4 ranks, one per host, 1 MB messages): the ``sar``
+* **rounds** (:mod:`sarlab.real.calibration.roundbench`, 4 ranks, one per host, 1 MB messages): the ``sar``
   ring's rounds with prefetch 0 and 1 and the ``oneshot`` exchange, no compute; backends alternate per repeat.
 * **epochs** (``sarlab bench engine --backend gloo,ccl``: the launcher, a worker per rank as ``sarlab train`` runs
   them): GCN, SAGE, GAT in ``sar`` and ``oneshot`` at N = 2, 4, 8 on ``--graph`` (default a 20000-node graph),
@@ -22,7 +22,7 @@ Writes into DIR (refusing to replace files): ``backends_collectives.csv``, ``bac
 ``backends_epochs.csv`` (every metric record, with ``backend`` and ``net`` columns; the partitions' manifests in
 ``backends_epochs_manifests/``, for ``sarlab simulate --validate``), ``backends_bench.json`` (the
 command, date, CPU, torch, oneCCL version, the load averages before and after every phase), then the tables and the
-plot of :mod:`sarlab.executor.bench.backend_report`.
+plot of :mod:`sarlab.real.bench.backend_report`.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ import os
 import sys
 import time
 
-from sarlab.executor.bench.backend_report import COLL_FILE, EPOCH_FILE, META_FILE, ROUND_FILE, write_report
+from sarlab.real.bench.backend_report import COLL_FILE, EPOCH_FILE, META_FILE, ROUND_FILE, write_report
 
 SIZES = [4 << 10 << (2 * i) for i in range(8)]  # 4 KiB .. 64 MiB
 BACKENDS = ("gloo", "ccl")
@@ -107,8 +107,8 @@ def collectives(net: str, reps: int, timeout_s: float) -> list[dict]:
     """The collectives phase on ``net``: 2 ranks (one per emulated host); returns the rows."""
     import tempfile
 
-    from sarlab.executor.calibration.roundbench import rank_hosts
-    from sarlab.simulator.calibration.ranks import run_ranks
+    from sarlab.real.calibration.ranks import run_ranks
+    from sarlab.real.calibration.roundbench import rank_hosts
 
     fd, out = tempfile.mkstemp(prefix="sarlab-backend-bench-", suffix=".csv")
     os.close(fd)
@@ -124,7 +124,7 @@ def collectives(net: str, reps: int, timeout_s: float) -> list[dict]:
 
 def rounds(net: str, reps: int, world: int, nbytes: int, timeout_s: float) -> list[dict]:
     """The rounds phase on ``net``: roundbench per backend, alternating per repeat; one row per pass."""
-    from sarlab.executor.calibration import roundbench
+    from sarlab.real.calibration import roundbench
 
     rows = []
     for rep in range(reps):
@@ -138,7 +138,7 @@ def rounds(net: str, reps: int, world: int, nbytes: int, timeout_s: float) -> li
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m sarlab.executor.bench.backend_bench",
+    p = argparse.ArgumentParser(prog="python -m sarlab.real.bench.backend_bench",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help="output directory (created; existing result files are not replaced)")
     p.add_argument("--nets", default=",".join(NETS), help="semicolon-free comma list of networks: loopback, "
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     if not a.out:
         p.error("--out DIR is required")
     from sarlab.core.comm import check_backend
-    from sarlab.executor.launch.netspec import NetSpec
+    from sarlab.real.launch.netspec import NetSpec
 
     nets = _nets(a.nets)
     try:
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import torch
 
-    from sarlab.core.machine import cpu_model, load_averages
+    from sarlab.common.machine import cpu_model, load_averages
     from sarlab.kernels import ccl
 
     meta = {"command": " ".join([p.prog, *(argv if argv is not None else sys.argv[1:])]),
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     if "epochs" not in a.skip:
         import pandas as pd
 
-        from sarlab.executor.bench.bench import EngineBenchConfig, run_engine_bench
+        from sarlab.real.bench.bench import EngineBenchConfig, run_engine_bench
 
         parts = []
         for net in nets:

@@ -1,12 +1,12 @@
-"""Tables and plot of a gloo-vs-ccl campaign (:mod:`sarlab.executor.bench.backend_bench`'s outputs).
+"""Tables and plot of a gloo-vs-ccl campaign (:mod:`sarlab.real.bench.backend_bench`'s outputs).
 
-``python -m sarlab.executor.bench.backend_report DIR`` (re)writes, next to the campaign's CSVs in DIR:
+``python -m sarlab.real.bench.backend_report DIR`` (re)writes, next to the campaign's CSVs in DIR:
 
 * ``backends_tables.md``: per network, the collectives (median over repeats of GB/s and µs per call, the ccl
   speed-up = gloo time / ccl time of the medians, and the range of that ratio over the repeats), the ring rounds
   (median pass time per backend), the epochs (median epoch time per backend, the speed-up, the final losses);
 * ``backends_epochs_summary.csv``: one row per (net, model, mode, N, backend): the summary of
-  :func:`sarlab.core.records.summarize`;
+  :func:`sarlab.common.records.summarize`;
 * ``backends.png``: algorithm bandwidth against message size for both collectives, and the epochs' ccl speed-up.
 
 A speed-up above 1 means ccl was faster. Only files of these names are written.
@@ -18,7 +18,7 @@ import sys
 
 import pandas as pd
 
-from sarlab.core.records import summarize
+from sarlab.common.records import summarize
 
 #: the campaign's measurements (written by backend_bench) and what this module derives from them
 COLL_FILE, ROUND_FILE, EPOCH_FILE, META_FILE = ("backends_collectives.csv", "backends_rounds.csv",
@@ -156,6 +156,6 @@ def write_report(out: str) -> list[str]:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m sarlab.executor.bench.backend_report DIR")
+        sys.exit("usage: python -m sarlab.real.bench.backend_report DIR")
     for p in write_report(sys.argv[1]):
         print(f"wrote {p}")

@@ -18,22 +18,24 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
+from sarlab.common.figures import plot_engine_bench
+from sarlab.common.machine import cpu_model, today, usable_cores
+from sarlab.common.paths import cache_dir
+from sarlab.common.records import summarize
+from sarlab.common.tables import md_table
 from sarlab.core.comm import check_backend
 from sarlab.core.config import MODES, EngineConfig
-from sarlab.core.machine import cpu_model, today, usable_cores
-from sarlab.core.records import summarize
-from sarlab.core.train import TrainConfig
 from sarlab.data.graphs import load_graph
 from sarlab.data.partition import is_partition_dir, partition
 from sarlab.data.validate_data import InputError
-from sarlab.executor.commands.options import add_memory_arg, add_net_arg, write_json
-from sarlab.executor.launch.jobs import Job
-from sarlab.executor.launch.launcher import launch, preflight
-from sarlab.executor.launch.lifecycle import interruptible
 from sarlab.nn.model import ModelConfig
-from sarlab.paths import cache_dir
+from sarlab.real.calibration import speed_probe
+from sarlab.real.commands.options import add_memory_arg, add_net_arg, write_json
+from sarlab.real.launch.jobs import Job
+from sarlab.real.launch.launcher import launch, preflight
+from sarlab.real.launch.lifecycle import interruptible
 from sarlab.simulator.calibration import probe
-from sarlab.simulator.studies.figures import md_table, plot_engine_bench
+from sarlab.training.trainer import TrainConfig
 
 DEFAULT_OUT = str(cache_dir("bench-engine"))
 
@@ -53,7 +55,7 @@ class EngineBenchConfig:
         prefetch: ring rounds fetched ahead (a tuple runs each; ``prefetch`` then keys the summaries);
             ``timeout_s``: bound on any wait of a worker.
         net: the network the workers talk over, ``loopback`` or ``veth:rate=R[,hosts=H]`` (see
-            :mod:`sarlab.executor.launch.netspec`); recorded in every record's ``net`` column.
+            :mod:`sarlab.real.launch.netspec`); recorded in every record's ``net`` column.
         cache: partition cache directory (one METIS partition per graph and N, reused across runs).
         probe: run the simulator's speed probe around every configuration (``probe_*`` columns).
         memory: the workers' peak-memory method, ``live`` or ``rss`` (see :mod:`sarlab.core.memory`).
@@ -187,7 +189,7 @@ class _Prober:
 
     def run(self, t_start: float) -> dict:
         t0 = time.perf_counter()
-        self.last = probe.speed_probe(self.pdir)
+        self.last = speed_probe.speed_probe(self.pdir)
         if self.manifests:
             keep_manifest(self.pdir, self.manifests)
         self.log(f"[{time.perf_counter() - t_start:6.0f}s] speed probe: epoch {self.last['probe_epoch_s']:.2f}s "

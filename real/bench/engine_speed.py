@@ -3,14 +3,14 @@
 For every configuration (model, mode, N) the runs alternate ``base, new, new-rss, base, new, ...`` on the same
 METIS partition, so that a change of machine load falls on both engines alike. ``base`` is the other checkout's
 ``sarlab train`` command line in a subprocess (its own modules: ``PYTHONPATH`` is its root); ``new`` and
-``new-rss`` launch this tree's workers through :func:`sarlab.executor.launch.launcher.launch`, with peak memory measured
+``new-rss`` launch this tree's workers through :func:`sarlab.real.launch.launcher.launch`, with peak memory measured
 ``live`` (the default: counting allocator with a bounded block cache) and ``rss`` (VmHWM with every large tensor on
 fresh pages, the method the base engine has). Per run it records the epoch time (slowest rank per epoch,
 median over the epochs after the first), the peak memory per worker above its baseline (max over ranks and
 measured epochs), the CPU seconds of all its processes (``getrusage`` of the waited-for children: set-up
 included) and the 1-minute load before it. Speed-ups are ``base / new`` per interleaved pair of runs.
 
-Run ``python -m sarlab.executor.bench.engine_speed --help``; outputs ``<out>/engine_speed.{csv,md,png}``.
+Run ``python -m sarlab.real.bench.engine_speed --help``; outputs ``<out>/engine_speed.{csv,md,png}``.
 """
 from __future__ import annotations
 
@@ -27,15 +27,15 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from sarlab.common.machine import cpu_model, load_1min, today, usable_cores
+from sarlab.common.paths import cache_dir
+from sarlab.common.tables import md_table, pair_ratio, spread
 from sarlab.core.config import EngineConfig
-from sarlab.core.machine import cpu_model, load_1min, today, usable_cores
-from sarlab.core.train import TrainConfig
-from sarlab.executor.bench.bench import EngineBenchConfig, cached_partition
-from sarlab.executor.launch.jobs import Job
-from sarlab.executor.launch.launcher import launch
 from sarlab.nn.model import ModelConfig
-from sarlab.paths import cache_dir
-from sarlab.simulator.studies.figures import md_table, pair_ratio, spread
+from sarlab.real.bench.bench import EngineBenchConfig, cached_partition
+from sarlab.real.launch.jobs import Job
+from sarlab.real.launch.launcher import launch
+from sarlab.training.trainer import TrainConfig
 
 DEFAULT_OUT = str(cache_dir("engine-speed"))
 ENGINES = ("base", "new", "new-rss")
@@ -239,7 +239,7 @@ def write_outputs(runs: pd.DataFrame, cfg: SpeedConfig, out: str, command: str) 
 def build_parser() -> argparse.ArgumentParser:
     d = SpeedConfig()
     p = argparse.ArgumentParser(
-        prog="python -m sarlab.executor.bench.engine_speed", description=__doc__.splitlines()[0])
+        prog="python -m sarlab.real.bench.engine_speed", description=__doc__.splitlines()[0])
     p.add_argument("--base-root", default=d.base_root, help="the other checkout (default %(default)s)")
     for name in ("nodes", "degree", "features", "classes", "hidden", "layers", "gat_hidden", "gat_heads", "epochs",
                  "reps", "rss_reps"):
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
                       configs=tuple(c for c in a.configs.split(",") if c), cache=a.cache)
     args = [arg for arg in (argv if argv is not None else sys.argv[1:]) if arg != "--report-only"]
     # the measuring command, also in a report
-    command = "python -m sarlab.executor.bench.engine_speed " + shlex.join(args)
+    command = "python -m sarlab.real.bench.engine_speed " + shlex.join(args)
     csv_path = os.path.join(a.out, "engine_speed.csv")
     if a.report_only:  # the finished runs' table, else what an interrupted measurement left
         partial = os.path.join(a.out, "engine_speed.partial.csv")

@@ -11,7 +11,7 @@ machine's DRAM bandwidth; each layer's achieved bandwidth is the bytes it must m
 (:func:`min_bytes`) over its time. The fused shard kernels are also timed alone (``kernel_only``).
 
 :func:`run_kernel_bench` runs a :class:`KernelBenchConfig` and returns the result dict (also the ``--json``
-output); :func:`sarlab.executor.bench.kernel_bench_plot.write_outputs` writes ``<prefix>.csv`` and ``<prefix>.png``;
+output); :func:`sarlab.real.bench.kernel_bench_plot.write_outputs` writes ``<prefix>.csv`` and ``<prefix>.png``;
 :func:`main` is the command line.
 """
 from __future__ import annotations
@@ -30,14 +30,14 @@ import torch
 from torch_geometric.nn import GATConv as PyGGATConv
 
 from sarlab import kernels
+from sarlab.common.machine import cpu_model, load_1min, today
+from sarlab.common.paths import cache_dir
 from sarlab.core import memory
 from sarlab.core.config import EngineConfig
-from sarlab.core.machine import cpu_model, load_1min, today
 from sarlab.core.shards import ShardedGraph
-from sarlab.executor.bench.kernel_bench_plot import format_table, write_outputs
-from sarlab.executor.commands.options import progress, write_json
 from sarlab.nn import GATConv
-from sarlab.paths import cache_dir
+from sarlab.real.bench.kernel_bench_plot import format_table, write_outputs
+from sarlab.real.commands.options import progress, write_json
 
 DEFAULT_OUT = str(cache_dir("bench-kernels"))
 PHASES = ("forward", "backward", "fwd+bwd")
@@ -330,7 +330,7 @@ def run_kernel_bench(cfg: KernelBenchConfig, log: Log = print) -> dict:
     and trimmed before every measured pass, so that RSS follows the live tensors.
 
     Returns a dict with keys ``config``, ``stream``, ``loadavg_1min_start_end``, ``rows`` (one per
-    implementation x heads x phase, the columns of :data:`sarlab.executor.bench.kernel_bench_plot.CSV_COLUMNS`),
+    implementation x heads x phase, the columns of :data:`sarlab.real.bench.kernel_bench_plot.CSV_COLUMNS`),
     ``kernel_only``, ``notes``, ``agreement`` (heads -> implementation -> max |out - out_pyg|), ``cpu``,
     ``date``, ``threads``, ``torch``, ``edges``.
     """

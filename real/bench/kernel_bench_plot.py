@@ -1,14 +1,15 @@
 """Outputs of ``sarlab bench kernels``: the result table as text, ``<prefix>.csv`` and the figure ``<prefix>.png``.
 
-Nothing here measures: the functions read the dict :func:`sarlab.executor.bench.kernel_bench.run_kernel_bench` returns.
+Nothing here measures: the functions read the dict :func:`sarlab.real.bench.kernel_bench.run_kernel_bench` returns.
 """
 from __future__ import annotations
 
 import csv
 import os
 
-from sarlab.core.machine import usable_cores
-from sarlab.simulator.studies.figures import measured_banner, plot_fig2
+from sarlab.common.figures import plot_fig2
+from sarlab.common.machine import usable_cores
+from sarlab.common.tables import measured_banner
 
 CSV_COLUMNS = ("impl", "backend", "heads", "phase", "time_s", "peak_mem_bytes", "speedup_vs_pyg", "mem_ratio_vs_pyg",
                "min_bytes", "achieved_GBps", "bw_fraction", "nodes", "edges", "channels_per_head", "dtype", "reps",

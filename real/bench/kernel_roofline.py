@@ -1,7 +1,7 @@
 """The fused GAT kernels against rooflines measured on this machine (``python -m
-sarlab.executor.bench.kernel_roofline``).
+sarlab.real.bench.kernel_roofline``).
 
-Reads a :mod:`sarlab.executor.bench.kernel_speed` run (``DIR/kernel_speed.csv``) and, on the same graph and inputs (same
+Reads a :mod:`sarlab.real.bench.kernel_speed` run (``DIR/kernel_speed.csv``) and, on the same graph and inputs (same
 seed, rows, edges, channels, threads), measures in a fresh process per head count ``H``:
 
 * ``sgemm``: GFLOP/s of a ``2048 x 2048 @ 2048 x 2048`` float32 matrix product (``2 n^3`` FLOP) - the compute roof;
@@ -32,12 +32,12 @@ import pandas as pd
 import torch
 
 from sarlab import kernels
-from sarlab.core.machine import cpu_model, load_1min, today
-from sarlab.executor.bench.kernel_speed import TREE_ROOT, SpeedConfig, make_graph, run_json_child
-from sarlab.simulator.studies.figures import md_table
+from sarlab.common.machine import cpu_model, load_1min, today
+from sarlab.common.tables import md_table
+from sarlab.real.bench.kernel_speed import TREE_ROOT, SpeedConfig, make_graph, run_json_child
 
 GEMM_N = 2048
-_CHILD = "import sys; from sarlab.executor.bench.kernel_roofline import child_main; child_main(sys.argv[1:])"
+_CHILD = "import sys; from sarlab.real.bench.kernel_roofline import child_main; child_main(sys.argv[1:])"
 
 
 def _median_seconds(fn, repeats: int) -> float:
@@ -78,7 +78,7 @@ def child_main(argv: list[str]) -> None:
 
 def run_child(cfg: SpeedConfig, heads: int) -> dict:
     """:func:`measure_roofs` in a fresh process of this tree
-    (:func:`sarlab.executor.bench.kernel_speed.run_json_child`)."""
+    (:func:`sarlab.real.bench.kernel_speed.run_json_child`)."""
     return run_json_child(["-c", _CHILD, json.dumps(asdict(cfg)), str(heads)], TREE_ROOT, cfg)
 
 
@@ -105,9 +105,9 @@ def against_roofs(speed: pd.DataFrame, roofs: pd.DataFrame, cfg: SpeedConfig) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m sarlab.executor.bench.kernel_roofline",
+    p = argparse.ArgumentParser(prog="python -m sarlab.real.bench.kernel_roofline",
                                 description=__doc__.splitlines()[0])
-    p.add_argument("--speed", required=True, help="folder of a sarlab.executor.bench.kernel_speed run (its "
+    p.add_argument("--speed", required=True, help="folder of a sarlab.real.bench.kernel_speed run (its "
                                                   "kernel_speed.csv)")
     p.add_argument("--nodes", type=int, default=SpeedConfig.nodes)
     p.add_argument("--edges", type=int, default=SpeedConfig.edges)

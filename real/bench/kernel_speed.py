@@ -11,7 +11,7 @@ min-max over the pairs) for forward, backward and fwd+bwd. The graph: ``nodes`` 
 sorted by (destination, source) as the engine's shards are (``--shuffle-rows``: each row's sources in random
 order).
 
-Run ``python -m sarlab.executor.bench.kernel_speed --base-root /tmp/base --out DIR``; writes
+Run ``python -m sarlab.real.bench.kernel_speed --base-root /tmp/base --out DIR``; writes
 ``DIR/kernel_speed.{csv,md}``.
 """
 from __future__ import annotations
@@ -32,16 +32,16 @@ import numpy as np
 import pandas as pd
 import torch
 
-from sarlab.core.machine import cpu_model, load_1min, today, usable_cores
-from sarlab.paths import cache_dir, checkout_root, package_parent
-from sarlab.simulator.studies.figures import md_table, pair_ratio, spread
+from sarlab.common.machine import cpu_model, load_1min, today, usable_cores
+from sarlab.common.paths import cache_dir, checkout_root, package_parent
+from sarlab.common.tables import md_table, pair_ratio, spread
 
 TREE_ROOT = str(checkout_root() or package_parent())  # this tree: the folder holding kernels/
 DEFAULT_OUT = str(cache_dir("kernel-speed"))
 ENGINES = ("base", "new")
 PHASES = ("fwd", "bwd", "total")
 # The child: this tree's packages first (for this module), the measured checkout's ``kernels`` loaded by path.
-_CHILD = ("import sys; sys.path[0] = sys.argv[2]; from sarlab.executor.bench.kernel_speed import child_main; "
+_CHILD = ("import sys; sys.path[0] = sys.argv[2]; from sarlab.real.bench.kernel_speed import child_main; "
           "child_main(sys.argv[1:])")
 
 
@@ -258,7 +258,7 @@ def write_outputs(runs: pd.DataFrame, cfg: SpeedConfig, out: str, command: str) 
 def build_parser() -> argparse.ArgumentParser:
     d = SpeedConfig()
     p = argparse.ArgumentParser(
-        prog="python -m sarlab.executor.bench.kernel_speed", description=__doc__.splitlines()[0])
+        prog="python -m sarlab.real.bench.kernel_speed", description=__doc__.splitlines()[0])
     p.add_argument("--base-root", default=d.base_root, help="the other checkout (default %(default)s)")
     for f in fields(SpeedConfig):
         if f.name in ("base_root", "heads", "shuffle_rows"):
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = SpeedConfig(**values, heads=tuple(int(h) for h in a.heads.split(",") if h))
     if cfg.graph not in ("skewed", "uniform") or cfg.dtype not in ("float32", "float64"):
         raise SystemExit("--graph must be skewed|uniform and --dtype float32|float64")
-    command = "python -m sarlab.executor.bench.kernel_speed " + shlex.join(argv if argv is not None else sys.argv[1:])
+    command = "python -m sarlab.real.bench.kernel_speed " + shlex.join(argv if argv is not None else sys.argv[1:])
     runs = measure(cfg)
     table = write_outputs(runs, cfg, a.out, command)
     print(table.to_string(index=False))

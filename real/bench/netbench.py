@@ -1,7 +1,7 @@
 """``sarlab netbench``: measure the links of an emulated cluster network and write them as a link profile.
 
 Builds the network of ``--net veth:rate=R[,hosts=H]`` (H hosts, default 2), starts one
-:mod:`sarlab.executor.bench.netprobe` process per host and reports per-link bandwidth, one way and both directions at
+:mod:`sarlab.real.bench.netprobe` process per host and reports per-link bandwidth, one way and both directions at
 once, and small-message latency, over the torch.distributed backend of ``--backend`` (gloo by default; ``ccl``
 measures what oneCCL's OFI/tcp transport gets from the same link). Payload rates: a link of rate R carries about
 0.95 R of payload in bulk TCP (Ethernet, IP and TCP headers take the rest).
@@ -37,13 +37,13 @@ import time
 
 import torch
 
+from sarlab.common.machine import cpu_model, today, usable_cores
 from sarlab.core.comm import check_backend
-from sarlab.core.machine import cpu_model, today, usable_cores
-from sarlab.executor.commands.options import progress, write_json
-from sarlab.executor.launch import netns
-from sarlab.executor.launch.launcher import stop_workers, worker_env
-from sarlab.executor.launch.lifecycle import interruptible, signals_deferred, signals_raise
-from sarlab.executor.launch.netspec import SPEC_HELP, NetSpec
+from sarlab.real.commands.options import progress, write_json
+from sarlab.real.launch import netns
+from sarlab.real.launch.launcher import stop_workers, worker_env
+from sarlab.real.launch.lifecycle import interruptible, signals_deferred, signals_raise
+from sarlab.real.launch.netspec import SPEC_HELP, NetSpec
 
 SCHEMA = "sarlab-link-profile/1"
 
@@ -73,7 +73,7 @@ def measure_links(net: NetSpec | str, seconds: float = 2.0, repeats: int = 3, ti
             log(f"netbench: {network.describe()}; {backend}, {nbytes / 1e6:.1f} MB per transfer, {repeats} repeats")
             for rank in range(hosts):
                 env = {**worker_env(rank, hosts, network.address(0), netns.MASTER_PORT), **network.env(rank)}
-                cmd = [*network.command(rank), sys.executable, "-m", "sarlab.executor.bench.netprobe", out, str(nbytes),
+                cmd = [*network.command(rank), sys.executable, "-m", "sarlab.real.bench.netprobe", out, str(nbytes),
                        str(repeats), str(timeout_s), backend]
                 procs.append(subprocess.Popen(cmd, env=env, start_new_session=True))
             deadline = time.monotonic() + timeout_s + 60 * repeats

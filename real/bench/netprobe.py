@@ -1,7 +1,7 @@
 """One rank of ``sarlab netbench``: transfers between emulated hosts over a torch.distributed backend, timed; rank 0
 writes the samples as JSON.
 
-``python -m sarlab.executor.bench.netprobe OUT BYTES REPEATS TIMEOUT_S [BACKEND]`` under the env:// variables (the
+``python -m sarlab.real.bench.netprobe OUT BYTES REPEATS TIMEOUT_S [BACKEND]`` under the env:// variables (the
 netbench sets them, one process per host); BACKEND is ``gloo`` (default) or ``ccl``. Every sample is timed from a
 barrier to a barrier, so it covers the whole transfer:
 
@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from sarlab.core.comm import prepare_backend
-from sarlab.executor.launch.lifecycle import die_with_parent
+from sarlab.real.launch.lifecycle import die_with_parent
 
 LATENCY_ROUNDS = 200
 

@@ -2,7 +2,7 @@
 epoch time, communication wait, bytes and peak memory move with the link rate and N.
 
 Per configuration (model label, mode, fused kernels, prefetch, network, N) the summary is
-:func:`sarlab.core.records.summarize`'s: the slowest rank's median epoch after the warm-up, its wait, the bytes, the
+:func:`sarlab.common.records.summarize`'s: the slowest rank's median epoch after the warm-up, its wait, the bytes, the
 largest peak above baseline. Two derived columns:
 
 * ``comm_share = comm_wait_mean_s / epoch_time_s``: the share of an epoch a worker spends waiting on the network;
@@ -24,11 +24,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from sarlab.core.records import summarize  # noqa: E402
-from sarlab.executor.commands.options import progress  # noqa: E402
-from sarlab.executor.launch.netspec import NetSpec, format_rate  # noqa: E402
-from sarlab.paths import cache_dir
-from sarlab.simulator.studies.figures import md_table  # noqa: E402
+from sarlab.common.paths import cache_dir
+from sarlab.common.records import summarize  # noqa: E402
+from sarlab.common.tables import md_table  # noqa: E402
+from sarlab.real.commands.options import progress  # noqa: E402
+from sarlab.real.launch.netspec import NetSpec, format_rate  # noqa: E402
 
 KEYS = ("label", "mode", "fused", "prefetch", "net", "workers")
 DEFAULT_OUT = cache_dir("network-scaling", "network_scaling")

@@ -24,18 +24,18 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from sarlab.common.machine import cpu_model, load_1min, today, usable_cores
+from sarlab.common.paths import cache_dir
+from sarlab.common.records import METRIC_COLUMNS, measured_epochs
 from sarlab.core.config import EngineConfig, SamplingConfig
-from sarlab.core.machine import cpu_model, load_1min, today, usable_cores
-from sarlab.core.records import METRIC_COLUMNS, measured_epochs
-from sarlab.core.train import TrainConfig
 from sarlab.data.graphs import load_graph
 from sarlab.data.partition import is_partition_dir, partition
-from sarlab.executor.commands.options import progress
-from sarlab.executor.launch.jobs import Job
-from sarlab.executor.launch.launcher import LaunchError, WorkerError, launch
-from sarlab.executor.launch.netspec import NetSpec
 from sarlab.nn.model import ModelConfig
-from sarlab.paths import cache_dir
+from sarlab.real.commands.options import progress
+from sarlab.real.launch.jobs import Job
+from sarlab.real.launch.launcher import LaunchError, WorkerError, launch
+from sarlab.real.launch.netspec import NetSpec
+from sarlab.training.trainer import TrainConfig
 
 #: columns of ``OUT.records.csv`` besides the metric columns (the configuration is in ``OUT.md``)
 RECORD_EXTRAS = ("strategy", "seed", "net", "staleness", "steps", "fanouts", "batch_size", "round_batches", "rounds",
@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"error: unknown strategies {unknown}: choose from {', '.join(chosen)}")
     strategies = tuple(chosen[n] for n in a.strategies.split(","))
     args = sys.argv[1:] if argv is None else argv
-    command = "python -m sarlab.executor.bench.strategies " + " ".join(shlex.quote(x) for x in args)
+    command = "python -m sarlab.real.bench.strategies " + " ".join(shlex.quote(x) for x in args)
     if a.from_records:
         records = pd.read_csv(a.from_records)
         if "command" in records.columns:  # the campaign's own command, then this rewrite

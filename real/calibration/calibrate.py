@@ -1,21 +1,21 @@
 """Calibration: measure this machine and fit the measurements into a
 :class:`~sarlab.simulator.hardware.profile.Profile`.
 
-The steps, in order (each a :func:`sarlab.simulator.calibration.harness.quiet_step`):
+The steps, in order (each a :func:`sarlab.real.calibration.harness.quiet_step`):
 
-1. every op family on one thread and on all cores (:mod:`sarlab.simulator.calibration.opbench`,
-   :mod:`sarlab.simulator.calibration.gatbench`): rate, per-call overhead, row rate, backward ratio, thread
+1. every op family on one thread and on all cores (:mod:`sarlab.real.calibration.opbench`,
+   :mod:`sarlab.real.calibration.gatbench`): rate, per-call overhead, row rate, backward ratio, thread
    efficiency;
 2. co-located single-thread processes, one and ``C`` at once
-   (:func:`sarlab.simulator.calibration.hostbench.bench_share`);
-3. the allocator and the memory an op family adds on first use (:mod:`sarlab.simulator.calibration.hostbench`);
-4. gloo point-to-point between two local processes (:func:`sarlab.simulator.calibration.hostbench.bench_network`),
+   (:func:`sarlab.real.calibration.hostbench.bench_share`);
+3. the allocator and the memory an op family adds on first use (:mod:`sarlab.real.calibration.hostbench`);
+4. gloo point-to-point between two local processes (:func:`sarlab.real.calibration.hostbench.bench_network`),
    then the software cost of posting and waiting for messages on 2, 4 and 8 local ranks
-   (:func:`sarlab.simulator.calibration.hostbench.bench_messages`; not a quiet step: it alternates world sizes
+   (:func:`sarlab.real.calibration.hostbench.bench_messages`; not a quiet step: it alternates world sizes
    instead), and how unevenly ``C``, ``2C`` and ``4C`` time-shared ranks progress between barriers
-   (:mod:`sarlab.executor.calibration.progressbench`, fitted by :func:`sarlab.simulator.system.spread.fit_sigma`);
+   (:mod:`sarlab.real.calibration.progressbench`, fitted by :func:`sarlab.simulator.system.spread.fit_sigma`);
 5. real single-worker engine epochs for the compute scale
-   (:func:`sarlab.simulator.calibration.engine_runs.bench_engine`).
+   (:func:`sarlab.real.calibration.engine_runs.bench_engine`).
 
 :func:`calibrate_backend` runs step 4's link, message and progress benchmarks alone over another backend (``ccl``) and
 returns them as that backend's overlay (:mod:`sarlab.simulator.hardware.backends`), which ``sarlab calibrate --backend``
@@ -40,15 +40,12 @@ from typing import Any
 
 import torch
 
-from sarlab.core.machine import cpu_model, load_averages, today, usable_cores
+from sarlab.common.machine import cpu_model, load_averages, today, usable_cores
 from sarlab.core.memory import tune_malloc
-from sarlab.executor.calibration.progressbench import ROWS, spread_table
-from sarlab.simulator.calibration.calibration import Calibration, Findings
-from sarlab.simulator.calibration.engine_runs import bench_engine
-from sarlab.simulator.calibration.fitting import fit_message_costs
-from sarlab.simulator.calibration.gatbench import bench_gat_autograd, bench_gat_fused, bench_gat_unfused
-from sarlab.simulator.calibration.harness import jsonable, quiet_step, set_threads
-from sarlab.simulator.calibration.hostbench import (
+from sarlab.real.calibration.engine_runs import bench_engine
+from sarlab.real.calibration.gatbench import bench_gat_autograd, bench_gat_fused, bench_gat_unfused
+from sarlab.real.calibration.harness import jsonable, quiet_step, set_threads
+from sarlab.real.calibration.hostbench import (
     bench_allocator,
     bench_first_use,
     bench_messages,
@@ -56,7 +53,10 @@ from sarlab.simulator.calibration.hostbench import (
     bench_share,
     message_worlds,
 )
-from sarlab.simulator.calibration.opbench import bench_elementwise, bench_gemm, bench_max, bench_spmm
+from sarlab.real.calibration.opbench import bench_elementwise, bench_gemm, bench_max, bench_spmm
+from sarlab.real.calibration.progressbench import ROWS, spread_table
+from sarlab.simulator.calibration.calibration import Calibration, Findings
+from sarlab.simulator.calibration.fitting import fit_message_costs
 from sarlab.simulator.hardware.backends import BASE_BACKEND
 from sarlab.simulator.hardware.plausibility import implausible_compute_scale, implausible_thread_effs
 from sarlab.simulator.hardware.profile import Link, OpCost, Profile
@@ -159,7 +159,7 @@ def _measure_network(cal: Calibration, found: Findings, backend: str = "gloo") -
 
 def _measure_messages(cal: Calibration, found: Findings, backend: str = "gloo") -> dict[str, float]:
     """Step 4b: software costs of ``backend`` exchanges on 2-8 local ranks
-    (:func:`sarlab.simulator.calibration.hostbench.bench_messages`): per call, per op posted and waited, the
+    (:func:`sarlab.real.calibration.hostbench.bench_messages`): per call, per op posted and waited, the
     backend's background CPU per op. Empty when the backend fails or the network step is disabled."""
     if not cal.network:
         return {}
@@ -179,7 +179,7 @@ def _measure_messages(cal: Calibration, found: Findings, backend: str = "gloo") 
 
 def _measure_spread(cal: Calibration, found: Findings, cores: int, backend: str = BASE_BACKEND) -> dict[int, float]:
     """Step 4c: how unevenly ``P = C, 2C, 4C`` time-shared single-thread ranks, joined over ``backend``, progress
-    between barriers (:mod:`sarlab.executor.calibration.progressbench`), as the ``sigma_P`` of
+    between barriers (:mod:`sarlab.real.calibration.progressbench`), as the ``sigma_P`` of
     :mod:`sarlab.simulator.system.spread`. Empty when the backend fails or the network steps are disabled."""
     if not cal.network:
         return {}

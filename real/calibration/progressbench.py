@@ -1,4 +1,4 @@
-"""How evenly time-shared workers progress between two syncs (``python -m sarlab.executor.calibration.progressbench``).
+"""How evenly time-shared workers progress between two syncs (``python -m sarlab.real.calibration.progressbench``).
 
 ``P`` single-thread ranks on loopback (joined over gloo, or ``--backend ccl``) run the engine's SpMM
 (:meth:`sarlab.core.shards.Shard.spmm`, C++ where built) on a random shard of ``--rows`` rows, ``--degree``
@@ -31,8 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from sarlab.simulator.calibration.harness import BENCH_BACKENDS
-from sarlab.simulator.calibration.ranks import run_ranks
+from sarlab.real.calibration.harness import BENCH_BACKENDS
+from sarlab.real.calibration.ranks import run_ranks
 
 #: the shard of one round's work: about a c11 GCN shard at N = 8 (13,750 rows, degree 28, width 240)
 ROWS, DEGREE, WIDTH = 14_000, 28, 240
@@ -45,7 +45,7 @@ def _child(rows: int, degree: int, width: int, calls: int, rounds: int, out: str
 
     from sarlab.core.comm import prepare_backend
     from sarlab.core.memory import tune_malloc
-    from sarlab.simulator.calibration.opbench import random_shard
+    from sarlab.real.calibration.opbench import random_shard
 
     torch.set_num_threads(1)
     tune_malloc(threshold=1 << 17)  # the engine's malloc settings
@@ -70,13 +70,13 @@ def measure(workers: int, calls: int, rounds: int, rows: int = ROWS, degree: int
             timeout_s: float = 600.0, backend: str = "gloo") -> list[list[float]]:
     """``c[r][k]``: rank ``r``'s compute wall seconds in round ``k`` (``workers`` ranks on loopback, joined over
     ``backend``)."""
-    from sarlab.executor.launch.launcher import worker_env
+    from sarlab.real.launch.launcher import worker_env
 
     out = tempfile.mktemp(prefix="progressbench-")
     port = 29000 + (os.getpid() + 7 * workers) % 1000
 
     def command(rank: int) -> list[str]:
-        return [sys.executable, "-m", "sarlab.executor.calibration.progressbench", "--child", "--rows", str(rows),
+        return [sys.executable, "-m", "sarlab.real.calibration.progressbench", "--child", "--rows", str(rows),
                 "--degree", str(degree), "--width", str(width), "--calls", str(calls), "--rounds", str(rounds),
                 "--samples", out, "--backend", backend]
 
@@ -113,7 +113,7 @@ def spread_table(worker_counts: list[int], calls: int, rounds: int, log=print, r
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sarlab.executor.calibration.progressbench",
+    parser = argparse.ArgumentParser(prog="python -m sarlab.real.calibration.progressbench",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--workers", default="2,4,8", help="comma list of rank counts (default 2,4,8)")
     parser.add_argument("--calls", type=int, default=3, help="SpMM calls per round (default 3)")

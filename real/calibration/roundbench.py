@@ -1,8 +1,8 @@
 """Ring rounds and all-to-alls (gloo or ccl, `--backend`) on an emulated network, timed per round (``python -m
-sarlab.executor.calibration.roundbench``).
+sarlab.real.calibration.roundbench``).
 
 A probe of the network side of an epoch with no model in it: ``N`` ranks, one per emulated host
-(:mod:`sarlab.executor.launch.netns`, ``veth:rate=R``) or all on loopback, run the engine's exchange patterns with fixed
+(:mod:`sarlab.real.launch.netns`, ``veth:rate=R``) or all on loopback, run the engine's exchange patterns with fixed
 message sizes and no tensor work, optionally with a fixed amount of CPU work per round (``--spin-ms``: thread CPU time,
 as an aggregation's compute would take on the shared cores):
 
@@ -30,8 +30,8 @@ The result (JSON, ``--out``) has per pattern the median pass time over repeats, 
 ``oneshot``: per ``N - 1``), the bytes a rank handed to its sends per pass, and ``ideal_s``: the pattern's bytes
 at the link's payload bandwidth (``--bandwidth-Bps``, else the ``--link-in`` profile's ``bandwidth_bidir_Bps``, else
 ``0.95 R / 8``) with every link busy all the time, ``rounds x bytes / B``
-(:func:`sarlab.simulator.network.roundmodel.pass_bytes`); next to it the simulator's prediction of the same passes
-(``model``, :func:`sarlab.simulator.network.roundmodel.model_pass`, with ``--profile``'s message software; ``--predict``
+(:func:`sarlab.simulator.system.roundmodel.pass_bytes`); next to it the simulator's prediction of the same passes
+(``model``, :func:`sarlab.simulator.system.roundmodel.model_pass`, with ``--profile``'s message software; ``--predict``
 prints only that, without ranks or root); and ``shared_efficiency`` (:func:`fit_shared_efficiency`,
 :mod:`sarlab.simulator.network.sharing`). With ``--link-in A.json --out B.json`` it writes the link profile ``A`` with
 ``shared_efficiency`` and the probe (``sharing``) added; the simulator reads the field from that file itself
@@ -58,10 +58,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sarlab.paths import package_parent
-from sarlab.simulator.calibration.ranks import run_ranks
+from sarlab.common.paths import package_parent
+from sarlab.real.calibration.ranks import run_ranks
 from sarlab.simulator.hardware.provenance import resolve_profile
-from sarlab.simulator.network.roundmodel import PATTERN, concurrent, model_link, model_table, pass_bytes, round_count
+from sarlab.simulator.system.roundmodel import PATTERN, concurrent, model_link, model_table, pass_bytes, round_count
 
 ROOT = package_parent()  # the directory holding the sarlab package
 #: TCP counters read per pass: (file, section, field)
@@ -242,10 +242,10 @@ def rank_hosts(net: str, world: int) -> Iterator[tuple[Callable[[int], dict[str,
     """Where ``world`` ranks run on ``net``: all on 127.0.0.1 (``loopback``) or one emulated host each
     (``veth:rate=R``; the hosts are created here and removed on exit). Yields ``(env, prefix, network)``: the
     environment of rank ``r`` (env:// variables and the host's interface variables), the command prefix that runs it
-    on its host, and the :class:`~sarlab.executor.launch.netns.EmulatedNetwork` (None on loopback)."""
-    from sarlab.executor.launch import netns
-    from sarlab.executor.launch.launcher import worker_env
-    from sarlab.executor.launch.netspec import NetSpec
+    on its host, and the :class:`~sarlab.real.launch.netns.EmulatedNetwork` (None on loopback)."""
+    from sarlab.real.launch import netns
+    from sarlab.real.launch.launcher import worker_env
+    from sarlab.real.launch.netspec import NetSpec
 
     spec = NetSpec.parse(net)
     network = None
@@ -277,7 +277,7 @@ def measure(net: str, world: int, patterns: list[str], nbytes: int, repeats: int
     out = tempfile.mktemp(prefix="roundbench-", suffix=".json")
 
     def command(prefix: list[str]) -> list[str]:
-        return [*prefix, sys.executable, "-m", "sarlab.executor.calibration.roundbench", "--child", "--patterns",
+        return [*prefix, sys.executable, "-m", "sarlab.real.calibration.roundbench", "--child", "--patterns",
                 ",".join(patterns),
                 "--bytes", str(nbytes), "--repeats", str(repeats), "--spin-ms", str(spin_s * 1e3),
                 "--rounds", str(rounds), "--samples", out, "--backend", backend]
@@ -389,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.world < 2:
         parser.error("--world must be at least 2")
-    from sarlab.executor.launch.netspec import NetSpec
+    from sarlab.real.launch.netspec import NetSpec
 
     spec = NetSpec.parse(args.net)
     if args.link and args.link_in:
@@ -440,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
               "shared_efficiency: --out gets the plain result, not a link profile", flush=True)
     elif args.link_in:
         result = {**link, "shared_efficiency": eta, "sharing": {
-            "method": "sarlab.executor.calibration.roundbench: gloo ranks, one per emulated host, no compute; pass "
+            "method": "sarlab.real.calibration.roundbench: gloo ranks, one per emulated host, no compute; pass "
                       "times of the "
                       "patterns with concurrent flows against the model's T (1 + (K - 1) / eta), median",
             "date": datetime.date.today().isoformat(), **result}}

@@ -1,11 +1,11 @@
 """CPU seconds per byte the emulated network's kernel path costs beyond loopback (``python -m
-sarlab.executor.calibration.shapebench``).
+sarlab.real.calibration.shapebench``).
 
-An emulated host's link (:mod:`sarlab.executor.launch.netns`) is a veth pair into a bridge with an htb shaper on the
+An emulated host's link (:mod:`sarlab.real.launch.netns`) is a veth pair into a bridge with an htb shaper on the
 host's end and on the bridge's port; every TCP segment crosses two veth pairs, the bridge and two qdiscs, in the kernel,
 mostly in softirq, on the machine's cores, where the workers of all hosts compute. Loopback has none of it, and the
 simulator's loopback price of moving bytes (``p2p_cpu_s_per_byte``: a process's own CPU while it exchanges big
-buffers, :mod:`sarlab.simulator.calibration.netbench`) does not contain it. This probe measures it: two gloo ranks
+buffers, :mod:`sarlab.real.calibration.netbench`) does not contain it. This probe measures it: two gloo ranks
 exchange the same bytes in both directions at once (as a ring round does), once inside two emulated hosts of the given
 rate and once on loopback, in alternating rounds; over every transfer it reads the machine's busy CPU time
 (``/proc/stat``: all states but idle and iowait, so softirq and kernel threads count whoever they were charged to) and
@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sarlab.paths import package_parent
+from sarlab.common.paths import package_parent
 
 #: /proc/stat cpu columns that are not busy time (idle, iowait)
 _IDLE_COLUMNS = (3, 4)
@@ -112,7 +112,7 @@ def _run_pair(prefixes: list[list[str]], env_of, nbytes: int, repeats: int, time
     procs = []
     try:
         for rank in range(2):
-            cmd = [*prefixes[rank], sys.executable, "-m", "sarlab.executor.calibration.shapebench", "--child",
+            cmd = [*prefixes[rank], sys.executable, "-m", "sarlab.real.calibration.shapebench", "--child",
                    "--bytes", str(nbytes),
                    "--repeats", str(repeats), "--samples", out]
             procs.append(subprocess.Popen(cmd, env=env_of(rank), cwd=ROOT))
@@ -131,9 +131,9 @@ def _run_pair(prefixes: list[list[str]], env_of, nbytes: int, repeats: int, time
 
 def measure(rate: str, nbytes: int, repeats: int, rounds: int, timeout_s: float = 300.0) -> dict:
     """Alternating veth / loopback rounds (see the module docstring); returns the result dict."""
-    from sarlab.executor.launch import netns
-    from sarlab.executor.launch.launcher import worker_env
-    from sarlab.executor.launch.netspec import NetSpec
+    from sarlab.real.launch import netns
+    from sarlab.real.launch.launcher import worker_env
+    from sarlab.real.launch.netspec import NetSpec
 
     spec = NetSpec.parse(f"veth:rate={rate},hosts=2")
     netns.check_host()
@@ -167,7 +167,7 @@ def measure(rate: str, nbytes: int, repeats: int, rounds: int, timeout_s: float 
         "shaping_cpu_s_per_byte": max(per_byte_veth - per_byte_loop, 0.0),
         "shaping": {
             "method": "CPU over bidirectional gloo exchanges between 2 emulated hosts minus the same on loopback, "
-                      "per byte sent or received, summed over both ranks (sarlab.executor.calibration.shapebench): "
+                      "per byte sent or received, summed over both ranks (sarlab.real.calibration.shapebench): "
                       + ("the ranks' process CPU plus softirq and ksoftirqd time (the machine was saturated)"
                          if key == "accounted_s" else "machine busy CPU (/proc/stat) less the busy rate of a quiet "
                          "second before each transfer"),

@@ -12,28 +12,28 @@ import sys
 
 #: command -> (module with ``main(argv)``, attribute, one line of help)
 COMMANDS = {
-    "partition": ("sarlab.executor.commands.partition_cmd", "main", "partition a graph into parts on disk"),
-    "train": ("sarlab.executor.commands.train_cmd", "main", "train on N local workers (or as one rank under torchrun)"),
-    "verify": ("sarlab.executor.commands.verify", "main", "compare distributed outputs/gradients with a PyG reference"),
-    "bench": ("sarlab.executor.commands.cli", "bench_main", "benchmarks: engine, kernels, strategies, speed, network "
+    "partition": ("sarlab.real.commands.partition_cmd", "main", "partition a graph into parts on disk"),
+    "train": ("sarlab.real.commands.train_cmd", "main", "train on N local workers (or as one rank under torchrun)"),
+    "verify": ("sarlab.real.commands.verify", "main", "compare distributed outputs/gradients with a PyG reference"),
+    "bench": ("sarlab.real.commands.cli", "bench_main", "benchmarks: engine, kernels, strategies, speed, network "
                                                             "(`sarlab bench`)"),
-    "calibrate": ("sarlab.executor.commands.simulate_cmd", "calibrate_main", "measure this machine's cost profile for "
+    "calibrate": ("sarlab.real.commands.simulate_cmd", "calibrate_main", "measure this machine's cost profile for "
                                                                              "the simulator"),
-    "simulate": ("sarlab.executor.commands.simulate_cmd", "simulate_main", "predict epoch time and peak memory (SimPy "
+    "simulate": ("sarlab.real.commands.simulate_cmd", "simulate_main", "predict epoch time and peak memory (SimPy "
                                                                            "model)"),
-    "plan": ("sarlab.executor.commands.plan_cmd", "main", "cheapest / fastest / best-value strategy, workers and "
+    "plan": ("sarlab.real.commands.plan_cmd", "main", "cheapest / fastest / best-value strategy, workers and "
                                                           "resource (simulated)"),
-    "reproduce": ("sarlab.executor.reproduce.reproduce", "main", "regenerate the paper's figures (measured here or "
+    "reproduce": ("sarlab.real.reproduce.reproduce", "main", "regenerate the paper's figures (measured here or "
                                                                  "simulated, labelled)"),
-    "profile": ("sarlab.executor.profile.command", "main", "memray per rank: flamegraphs, peak summaries, mode "
+    "profile": ("sarlab.real.profile.command", "main", "memray per rank: flamegraphs, peak summaries, mode "
                                                            "comparison"),
-    "netbench": ("sarlab.executor.bench.netbench", "main", "measure the links of an emulated cluster network (--net "
+    "netbench": ("sarlab.real.bench.netbench", "main", "measure the links of an emulated cluster network (--net "
                                                            "veth:...)"),
-    "demo": ("sarlab.executor.commands.demo", "main", "4 workers, GraphSAGE in sar and oneshot on a built-in graph"),
+    "demo": ("sarlab.real.commands.demo", "main", "4 workers, GraphSAGE in sar and oneshot on a built-in graph"),
 }
-BENCHES = {"engine": "sarlab.executor.bench.bench", "kernels": "sarlab.executor.bench.kernel_bench",
-           "strategies": "sarlab.executor.bench.strategies",
-           "speed": "sarlab.executor.bench.engine_speed", "network": "sarlab.executor.bench.network_scaling"}
+BENCHES = {"engine": "sarlab.real.bench.bench", "kernels": "sarlab.real.bench.kernel_bench",
+           "strategies": "sarlab.real.bench.strategies",
+           "speed": "sarlab.real.bench.engine_speed", "network": "sarlab.real.bench.network_scaling"}
 
 
 def usage() -> str:
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     command = getattr(importlib.import_module(module), attribute)
     from sarlab.data.partition import PartitionError  # the errors a user can cause (the engine is loaded by now)
     from sarlab.data.validate_data import InputError
-    from sarlab.executor.launch.launcher import LaunchError, WorkerError
+    from sarlab.real.launch.launcher import LaunchError, WorkerError
 
     try:
         return command(argv[1:])

@@ -10,15 +10,15 @@ import time
 
 import pandas as pd
 
+from sarlab.common.records import summarize
 from sarlab.core.config import EngineConfig
-from sarlab.core.records import summarize
-from sarlab.core.train import TrainConfig
 from sarlab.data.graphs import load_graph
 from sarlab.data.partition import partition, report
-from sarlab.executor.commands.options import write_json
-from sarlab.executor.launch.jobs import Job
-from sarlab.executor.launch.launcher import launch
 from sarlab.nn.model import ModelConfig
+from sarlab.real.commands.options import write_json
+from sarlab.real.launch.jobs import Job
+from sarlab.real.launch.launcher import launch
+from sarlab.training.trainer import TrainConfig
 
 DEMO_GRAPH = "synthetic:nodes=30000,degree=20,features=64,classes=8,homophily=0.6,noise=2.5,seed=0"
 

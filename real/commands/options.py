@@ -8,18 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
-import tempfile
 
-from sarlab.core.checkpoint import atomic_write
 from sarlab.core.config import EngineConfig, SamplingConfig, parse_fanouts
 from sarlab.core.memory import METHODS as MEMORY_METHODS
-from sarlab.data.graphs import Graph, load_graph
-from sarlab.data.partition import check_output_dir, is_partition_dir, partition, report
 from sarlab.data.validate_data import InputError
-from sarlab.executor.launch.netspec import SPEC_HELP, NetSpec
 from sarlab.nn.model import ModelConfig
+from sarlab.real.launch.netspec import SPEC_HELP, NetSpec
+from sarlab.real.launch.prepare import load_source, prepare_partition, progress  # noqa: F401 (the commands' names)
+from sarlab.training.checkpoint import atomic_write
 
 EPILOG = ("Graph specs: synthetic:nodes=100000,degree=20,features=64,classes=16,seed=0 | npz:PATH | "
           "planetoid:cora | planetoid:citeseer (shipped, public split) | "
@@ -28,13 +24,8 @@ EPILOG = ("Graph specs: synthetic:nodes=100000,degree=20,features=64,classes=16,
 MODEL_DEFAULTS = {"model": "sage", "layers": 2, "hidden": 64, "aggr": "mean", "heads": 4, "dropout": 0.0}
 
 
-def progress(msg: str) -> None:
-    """One line of progress on stderr (stdout stays for results)."""
-    print(msg, file=sys.stderr, flush=True)
-
-
 def write_json(path: str | None, payload) -> None:
-    """Write ``payload`` as JSON to ``path`` atomically (:func:`sarlab.core.checkpoint.atomic_write`); nothing
+    """Write ``payload`` as JSON to ``path`` atomically (:func:`sarlab.training.checkpoint.atomic_write`); nothing
     when ``path`` is empty."""
     if path:
         text = json.dumps(payload, indent=1, default=str)
@@ -127,7 +118,7 @@ def net_spec(text: str) -> NetSpec:
 
 
 def add_net_arg(p: argparse.ArgumentParser) -> None:
-    """``--net loopback | veth:rate=R[,hosts=H]`` (parsed into a :class:`~sarlab.executor.launch.netspec.NetSpec`)."""
+    """``--net loopback | veth:rate=R[,hosts=H]`` (parsed into a :class:`~sarlab.real.launch.netspec.NetSpec`)."""
     p.add_argument("--net", type=net_spec, default=NetSpec(), metavar="SPEC", help=SPEC_HELP)
 
 
@@ -146,30 +137,3 @@ def engine_config(a: argparse.Namespace, mode: str | None = None) -> EngineConfi
                          "sampling fetches every batch's rows fresh: drop --staleness or use --mode sar/oneshot")
     return EngineConfig(mode=mode or a.mode, prefetch=a.prefetch, kernels=a.kernels, fused=not a.unfused,
                         staleness=staleness)
-
-
-def load_source(spec: str) -> Graph:
-    """Load the graph a spec names, saying so."""
-    progress(f"loading graph {spec}")
-    return load_graph(spec)
-
-
-def prepare_partition(spec: str, workers: int, method: str, seed: int,
-                      out_dir: str | None, force: bool = False) -> tuple[str, str | None]:
-    """A partition directory for ``spec``: itself if it is one, else a new one (temporary unless
-    ``out_dir``). Returns (directory, temporary directory to delete afterwards or None)."""
-    if is_partition_dir(spec):
-        return spec, None
-    if os.path.isdir(spec):
-        raise SystemExit(f"error: {spec!r} is a directory without manifest.json; not a partition directory")
-    if out_dir is not None:
-        check_output_dir(out_dir, force)
-    graph = load_source(spec)
-    tmp = None
-    if out_dir is None:
-        tmp = tempfile.mkdtemp(prefix=f"sarlab-parts-{os.getpid()}-")  # swept once this pid is gone
-        out_dir = os.path.join(tmp, "parts")
-    manifest = partition(graph, workers, out_dir, method=method, seed=seed, source=spec, progress=progress,
-                         force=force)
-    progress(report(manifest))
-    return out_dir, tmp

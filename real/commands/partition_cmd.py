@@ -6,7 +6,7 @@ import argparse
 
 from sarlab.data.dgl_import import convert
 from sarlab.data.partition import check_output_dir, partition, report
-from sarlab.executor.commands.options import EPILOG, load_source, progress, write_json
+from sarlab.real.commands.options import EPILOG, load_source, progress, write_json
 
 
 def build_parser() -> argparse.ArgumentParser:

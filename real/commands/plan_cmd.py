@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from sarlab.executor.commands.options import EPILOG, progress, write_json
+from sarlab.real.commands.options import EPILOG, progress, write_json
 from sarlab.simulator import api
 from sarlab.simulator.strategies.strategies import STRATEGIES
 

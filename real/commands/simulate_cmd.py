@@ -18,9 +18,10 @@ from typing import Any
 
 import pandas as pd
 
-from sarlab.executor.calibration.calibrate import Calibration, calibrate, calibrate_backend
-from sarlab.paths import cache_dir
+from sarlab.common.paths import cache_dir
+from sarlab.real.calibration.calibrate import Calibration, calibrate, calibrate_backend
 from sarlab.simulator.api import MODEL_DEFAULTS  # ``sarlab train``'s model defaults, mirrored by the simulator
+from sarlab.simulator.calibration.measured import machine_mismatch, read_records
 from sarlab.simulator.hardware.backends import BASE_BACKEND, overlay_to_json
 from sarlab.simulator.hardware.profile import PRESETS, Profile, save_profile
 from sarlab.simulator.hardware.provenance import (
@@ -33,11 +34,10 @@ from sarlab.simulator.hardware.provenance import (
 )
 from sarlab.simulator.network.linkprofile import read_link_profile
 from sarlab.simulator.strategies.strategies import sweep_strategies
-from sarlab.simulator.studies.measured import machine_mismatch, read_records
 from sarlab.simulator.studies.plots import gantt, memory_plot, scaling_plot, validation_plot
-from sarlab.simulator.studies.sweep import simulate_sweep, summarize_sweep
 from sarlab.simulator.studies.validate import backend_ratios, error_summary, markdown_table, validate
 from sarlab.simulator.system.epoch import simulate_epoch
+from sarlab.simulator.system.sweep import simulate_sweep, summarize_sweep
 from sarlab.simulator.workload.model import ModelSpec, parse_model
 
 #: exit status of ``sarlab calibrate`` when it refused an implausible calibration

@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 
+from sarlab.common.records import describe
 from sarlab.core.comm import check_backend
-from sarlab.core.records import describe
-from sarlab.core.train import TrainConfig
 from sarlab.data.partition import load_manifest
 from sarlab.data.validate_data import check_int
-from sarlab.executor import api
-from sarlab.executor.commands.options import (
+from sarlab.real import api
+from sarlab.real.commands.options import (
     EPILOG,
     add_engine_args,
     add_memory_arg,
@@ -23,9 +22,10 @@ from sarlab.executor.commands.options import (
     sampling_config,
     write_json,
 )
-from sarlab.executor.launch import outputs
-from sarlab.executor.launch.jobs import FAULT_KINDS, Fault
-from sarlab.executor.launch.lifecycle import interruptible
+from sarlab.real.launch import outputs
+from sarlab.real.launch.jobs import FAULT_KINDS, Fault
+from sarlab.real.launch.lifecycle import interruptible
+from sarlab.training.trainer import TrainConfig
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,11 +10,10 @@ from dataclasses import dataclass
 import torch
 
 from sarlab.core.config import MODES
-from sarlab.core.reference import reference_step
-from sarlab.core.train import DTYPES, TrainConfig
 from sarlab.data.graphs import Graph
 from sarlab.data.partition import partition
-from sarlab.executor.commands.options import (
+from sarlab.nn.model import GNN
+from sarlab.real.commands.options import (
     EPILOG,
     add_engine_args,
     add_model_args,
@@ -25,11 +24,12 @@ from sarlab.executor.commands.options import (
     progress,
     write_json,
 )
-from sarlab.executor.launch.jobs import Job
-from sarlab.executor.launch.launcher import launch, preflight
-from sarlab.executor.launch.lifecycle import interruptible
-from sarlab.executor.launch.netspec import NetSpec
-from sarlab.nn.model import GNN
+from sarlab.real.launch.jobs import Job
+from sarlab.real.launch.launcher import launch, preflight
+from sarlab.real.launch.lifecycle import interruptible
+from sarlab.real.launch.netspec import NetSpec
+from sarlab.training.reference import reference_step
+from sarlab.training.trainer import DTYPES, TrainConfig
 
 DEFAULT_TOL = {"float32": 1e-5, "float64": 1e-10}
 
@@ -98,7 +98,7 @@ def verify(graph: Graph, workers: int, variants: list, method: str = "metis", to
     in one process group, and compare each against the PyG reference.
 
     ``net``: the network the workers talk over (``loopback`` or ``veth:rate=R[,hosts=H]``, see
-    :mod:`sarlab.executor.launch.netspec`); the numbers must not depend on it.
+    :mod:`sarlab.real.launch.netspec`); the numbers must not depend on it.
 
     ``conditioning``: measure the reference's own rounding sensitivity and allow 10x of it (for
     ill-conditioned cases such as a saturated attention softmax): in fp32, the distance between the fp32

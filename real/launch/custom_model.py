@@ -22,8 +22,8 @@ import cloudpickle
 import torch
 from torch import nn
 
-from sarlab.core.train import DTYPES, Trainer
 from sarlab.data.validate_data import InputError
+from sarlab.training.trainer import DTYPES, Trainer
 
 
 @dataclass(frozen=True)

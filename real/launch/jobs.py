@@ -5,9 +5,9 @@ from dataclasses import dataclass
 
 from sarlab.core.config import EngineConfig, SamplingConfig
 from sarlab.core.memory import METHODS as MEMORY_METHODS
-from sarlab.core.train import TrainConfig
 from sarlab.data.validate_data import InputError, check_int, check_real
 from sarlab.nn.model import ModelConfig
+from sarlab.training.trainer import TrainConfig
 
 JOB_KINDS = ("train", "verify")
 FAULT_KINDS = ("raise", "sigkill", "hang", "cut")
@@ -66,10 +66,10 @@ class Job:
         memory: peak-memory method of the workers, ``live`` (counting allocator with a bounded block cache:
             fast) or ``rss`` (VmHWM with every large tensor on fresh pages: exact, slower); see
             :mod:`sarlab.core.memory`. Recorded in every record's ``mem_method`` column.
-        sampling: train on sampled mini-batches (``--mode sampling``, :mod:`sarlab.strategies.minibatch`) instead of
+        sampling: train on sampled mini-batches (``--mode sampling``, :mod:`sarlab.training.minibatch`) instead of
         full-batch
             ``engine.mode``; the exact engine then only evaluates.
-        model_factory: a user's model function packed by :func:`sarlab.executor.launch.custom_model.pack` (cloudpickle);
+        model_factory: a user's model function packed by :func:`sarlab.real.launch.custom_model.pack` (cloudpickle);
         every rank
             builds its model from it with ``model.seed`` instead of the built-in ``model`` (not with sampling or
             MFG).

@@ -1,7 +1,7 @@
 """Launch N worker processes on loopback or on an emulated cluster network, watch them, and report which rank failed
 and why; on every way out (success, a failed rank, SIGINT/SIGTERM) stop every worker and remove what the run made.
 
-Workers are ``python -m sarlab.executor.launch.worker_entry RUNDIR RANK`` processes in sessions of their own (a Ctrl-C
+Workers are ``python -m sarlab.real.launch.worker_entry RUNDIR RANK`` processes in sessions of their own (a Ctrl-C
 on the terminal reaches only the launcher, which stops them), each asking the kernel to kill it when the launcher dies.
 They rendezvous with env:// semantics: on ``loopback`` at a store the launcher hosts on 127.0.0.1, on ``veth`` at rank
 0's store on host 0's address, as torchrun ranks on real hosts do.
@@ -25,15 +25,15 @@ from dataclasses import replace
 import torch
 import torch.distributed as dist
 
+from sarlab.common.paths import package_parent
 from sarlab.core.comm import check_backend
 from sarlab.data.partition import PartitionError, check_partition, load_manifest
 from sarlab.data.validate_data import InputError, check_int
-from sarlab.executor.launch import netns
-from sarlab.executor.launch.jobs import Fault, Job
-from sarlab.executor.launch.lifecycle import signals_deferred, signals_raise
-from sarlab.executor.launch.netspec import NetSpec
 from sarlab.kernels.ccl import MACHINE_RANKS_ENV
-from sarlab.paths import package_parent
+from sarlab.real.launch import netns
+from sarlab.real.launch.jobs import Fault, Job
+from sarlab.real.launch.lifecycle import signals_deferred, signals_raise
+from sarlab.real.launch.netspec import NetSpec
 
 _PACKAGE_ROOT = str(package_parent())  # what a worker needs on PYTHONPATH
 
@@ -112,7 +112,7 @@ def launch(job: Job, world: int, host: str = "127.0.0.1", port: int = 0, grace_s
     If a worker fails (exception or signal), the others are stopped at once and :class:`WorkerError` names the
     rank, how it ended and its traceback; with an emulated network, a rank whose link is down is named as
     unreachable. ``run_timeout_s`` bounds the whole run. SIGINT/SIGTERM raise
-    :class:`~sarlab.executor.launch.lifecycle.Interrupted` after the same clean-up.
+    :class:`~sarlab.real.launch.lifecycle.Interrupted` after the same clean-up.
 
     Args:
         net: ``loopback`` (default: ``host``/``port`` are the rendezvous store's) or an emulated network spec
@@ -183,7 +183,7 @@ def _start(rank: int, world: int, rundir: str, network: netns.EmulatedNetwork | 
     if network is not None:
         env.update(network.env(rank), LOCAL_WORLD_SIZE=str(network.per_host), SARLAB_STORE_HOST_RANK0="1")
         prefix = network.command(rank)
-    return subprocess.Popen([*prefix, sys.executable, "-m", "sarlab.executor.launch.worker_entry", rundir,
+    return subprocess.Popen([*prefix, sys.executable, "-m", "sarlab.real.launch.worker_entry", rundir,
                              str(rank)], env=env,
                             start_new_session=True)
 

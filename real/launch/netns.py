@@ -32,8 +32,8 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from sarlab.executor.launch.lifecycle import pid_alive
-from sarlab.executor.launch.netspec import NetSpec
+from sarlab.real.launch.lifecycle import pid_alive
+from sarlab.real.launch.netspec import NetSpec
 
 PREFIX = "sarlab"
 SUBNET = "10.213.0"  # host h is SUBNET.(h+1)/24; exists only inside the run's namespaces

@@ -14,10 +14,10 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from sarlab.core import checkpoint
-from sarlab.core.checkpoint import atomic_write
 from sarlab.data.validate_data import InputError
-from sarlab.executor.launch.jobs import Fault
+from sarlab.real.launch.jobs import Fault
+from sarlab.training import checkpoint
+from sarlab.training.checkpoint import atomic_write
 
 #: output kind -> the suffixes it may carry
 SUFFIXES = {"json": (".json",), "model": (".pt",), "predictions": (".pt", ".npz")}
@@ -56,7 +56,7 @@ def _probe_dir(directory: str, what: str) -> None:
 
 def check_output_file(path: str, kind: str, force: bool = False) -> None:
     """Before any compute: ``path`` (option of ``kind``) has a known suffix, is not a directory, may be replaced
-    (see :func:`sarlab.core.checkpoint.check_target` for sarlab's own files) and its folder is writable."""
+    (see :func:`sarlab.training.checkpoint.check_target` for sarlab's own files) and its folder is writable."""
     what = OPTION[kind]
     if not isinstance(path, str) or not path:
         raise OutputError(f"{what} needs a file path, got {path!r}")

@@ -16,12 +16,12 @@ import inspect
 import os
 from collections.abc import Callable
 
-from sarlab.core.train import TrainConfig
 from sarlab.data.graph_data import parse_params
 from sarlab.data.graphs import Graph, synthetic_graph
 from sarlab.data.partition import is_partition_dir, load_manifest
 from sarlab.data.validate_data import InputError
 from sarlab.nn.model import ModelConfig
+from sarlab.training.trainer import TrainConfig
 
 WORKER_BASE_BYTES = 300 * 2**20
 #: environment variable: the bytes the size check takes as available (default: /proc/meminfo and the cgroup limit)

@@ -1,6 +1,6 @@
 """A worker process: join the process group, load its part, run the job, report to rank 0.
 
-``python -m sarlab.executor.launch.worker_entry RUNDIR RANK`` (:mod:`sarlab.executor.launch.worker_entry`) is how the
+``python -m sarlab.real.launch.worker_entry RUNDIR RANK`` (:mod:`sarlab.real.launch.worker_entry`) is how the
 launcher starts one (the job is in ``RUNDIR/job.pkl``, the rendezvous in the env:// variables); :func:`run_from_env` is
 the same under torchrun.
 """
@@ -24,16 +24,17 @@ import torch
 import torch.distributed as dist
 
 from sarlab import kernels
-from sarlab.core import checkpoint, memory
+from sarlab.core import memory
 from sarlab.core.comm import Comm, prepare_backend
 from sarlab.core.shards import ShardedGraph
-from sarlab.core.train import TrainConfig, Trainer
 from sarlab.data.partition import load_manifest, load_part
-from sarlab.executor.launch import custom_model
-from sarlab.executor.launch.jobs import Job
-from sarlab.executor.launch.lifecycle import die_with_parent
 from sarlab.nn.model import ModelConfig
-from sarlab.strategies.minibatch import MiniBatchTrainer
+from sarlab.real.launch import custom_model
+from sarlab.real.launch.jobs import Job
+from sarlab.real.launch.lifecycle import die_with_parent
+from sarlab.training import checkpoint
+from sarlab.training.minibatch import MiniBatchTrainer
+from sarlab.training.trainer import TrainConfig, Trainer
 
 
 class RendezvousError(RuntimeError):
@@ -115,7 +116,7 @@ def _inject(job: Job, rank: int, epoch: int) -> None:
 
 def _resume_collector() -> None:
     """Collect once, freeze what set-up built (it leaves the cyclic collector's generations, so later passes do
-    not re-scan it) and turn the collector back on: :mod:`sarlab.executor.launch.worker_entry` pauses it through the
+    not re-scan it) and turn the collector back on: :mod:`sarlab.real.launch.worker_entry` pauses it through the
     imports and set-up (a no-op re-enable under torchrun)."""
     gc.collect()
     gc.freeze()
@@ -265,8 +266,8 @@ def run_from_env(job: Job, out_path: str | None) -> list:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m sarlab.executor.launch.worker RUNDIR RANK`` (the launcher starts it through
-    :mod:`sarlab.executor.launch.worker_entry`): the launcher's worker. Dies with the launcher; on failure leaves its
+    """``python -m sarlab.real.launch.worker RUNDIR RANK`` (the launcher starts it through
+    :mod:`sarlab.real.launch.worker_entry`): the launcher's worker. Dies with the launcher; on failure leaves its
     traceback in ``RUNDIR/rank{RANK}.err`` for the launcher; rank 0 writes the gathered result to ``RUNDIR/result``.
     """
     rundir, rank_text = sys.argv[1:3] if argv is None else argv

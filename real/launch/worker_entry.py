@@ -1,10 +1,10 @@
-"""A worker process's entry point: ``python -m sarlab.executor.launch.worker_entry RUNDIR RANK`` (what the launcher
+"""A worker process's entry point: ``python -m sarlab.real.launch.worker_entry RUNDIR RANK`` (what the launcher
 starts).
 
 The cyclic garbage collector is paused through the worker's imports and set-up: importing torch and building
 the graph create a few hundred thousand long-lived objects, and the collector's full passes over them cost each
 worker seconds of CPU before its first epoch (N workers on few cores pay it N times).
-:func:`sarlab.executor.launch.worker.run` collects once, freezes what set-up built and turns the collector back on
+:func:`sarlab.real.launch.worker.run` collects once, freezes what set-up built and turns the collector back on
 before the work starts.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import gc
 
 def _main() -> None:
     gc.disable()
-    from sarlab.executor.launch.worker import main  # the heavy imports, with the collector paused
+    from sarlab.real.launch.worker import main  # the heavy imports, with the collector paused
 
     main()
 

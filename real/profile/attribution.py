@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sarlab.common.paths import package_parent
 from sarlab.core import phases
-from sarlab.paths import package_parent
 
 try:
     import memray
@@ -74,7 +74,7 @@ LOCAL_ACTIVATION_RULES = (
     Rule("local activations", "sarlab/core/aggregat*.py"),
     Rule("local activations", "sarlab/core/shards.py"),
     Rule("local activations", "kernels/*"),
-    Rule("local activations", "sarlab/core/train.py", "Trainer.forward_backward"),  # sarlab/core/train.py sets no tag
+    Rule("local activations", "sarlab/training/trainer.py", "Trainer.forward_backward"),  # the trainer sets no tag
 )
 
 

@@ -1,8 +1,8 @@
 """``sarlab profile``: memray captures per rank, flamegraphs, and what holds the memory at the peak per mode.
 
-The command's plumbing only: :mod:`sarlab.executor.profile.run` trains with memray in every worker,
-:mod:`sarlab.executor.profile.attribution` files each capture's peak under headings by the engine's phase tags,
-:mod:`sarlab.executor.profile.report` writes the summaries, flamegraphs and the report.
+The command's plumbing only: :mod:`sarlab.real.profile.run` trains with memray in every worker,
+:mod:`sarlab.real.profile.attribution` files each capture's peak under headings by the engine's phase tags,
+:mod:`sarlab.real.profile.report` writes the summaries, flamegraphs and the report.
 
 The report puts memray's peak (heap bytes allocated while tracking) beside the metric records' peak
 (VmHWM minus the post-set-up RSS), which counts resident pages, including the allocator's slack,
@@ -16,9 +16,8 @@ import shutil
 import sys
 
 from sarlab.core.config import MODES
-from sarlab.core.train import TrainConfig
 from sarlab.data.partition import PartitionError
-from sarlab.executor.commands.options import (
+from sarlab.real.commands.options import (
     EPILOG,
     add_engine_args,
     add_model_args,
@@ -29,10 +28,11 @@ from sarlab.executor.commands.options import (
     progress,
     write_json,
 )
-from sarlab.executor.launch.launcher import LaunchError, WorkerError, preflight
-from sarlab.executor.launch.lifecycle import interruptible
-from sarlab.executor.profile.report import side_by_side
-from sarlab.executor.profile.run import run_profile
+from sarlab.real.launch.launcher import LaunchError, WorkerError, preflight
+from sarlab.real.launch.lifecycle import interruptible
+from sarlab.real.profile.report import side_by_side
+from sarlab.real.profile.run import run_profile
+from sarlab.training.trainer import TrainConfig
 
 DEFAULT_GRAPH = "synthetic:nodes=3000,degree=10,features=32,classes=8,seed=0"
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 from matplotlib.figure import Figure  # no pyplot: the caller's backend (e.g. a notebook's) stays as it is
 
-from sarlab.executor.profile.attribution import CATEGORIES, HEADING_OF_TAG, RankProfile
+from sarlab.real.profile.attribution import CATEGORIES, HEADING_OF_TAG, RankProfile
 
 NOTE_MEASURES = ("memray counts heap allocations (malloc/mmap calls made while tracking, from after set-up "
                  "to the end of training) and reports the largest total alive at once; VmHWM counts resident "

@@ -1,8 +1,8 @@
 """Running a memory profile: train once per mode with memray in every worker, then read and render each capture.
 
 Every worker runs under ``memray.Tracker`` (``Job.memray_dir``) from after set-up to the end of training and
-writes ``<out>/<mode>/rank{r}.bin``; :mod:`sarlab.executor.profile.attribution` reads each capture at its peak and
-:mod:`sarlab.executor.profile.report` writes the summaries, flamegraphs and the combined report.
+writes ``<out>/<mode>/rank{r}.bin``; :mod:`sarlab.real.profile.attribution` reads each capture at its peak and
+:mod:`sarlab.real.profile.report` writes the summaries, flamegraphs and the combined report.
 """
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 
 from sarlab.core.config import MODES, EngineConfig
-from sarlab.core.train import TrainConfig
-from sarlab.executor.launch.jobs import Job
-from sarlab.executor.launch.launcher import launch
-from sarlab.executor.launch.netspec import NetSpec
-from sarlab.executor.profile.attribution import RankProfile, analyze_capture
-from sarlab.executor.profile.report import (
+from sarlab.nn.model import ModelConfig
+from sarlab.real.launch.jobs import Job
+from sarlab.real.launch.launcher import launch
+from sarlab.real.launch.netspec import NetSpec
+from sarlab.real.profile.attribution import RankProfile, analyze_capture
+from sarlab.real.profile.report import (
     ProfileResult,
     fmt_bytes,
     largest,
@@ -26,7 +26,7 @@ from sarlab.executor.profile.report import (
     write_report,
     write_text,
 )
-from sarlab.nn.model import ModelConfig
+from sarlab.training.trainer import TrainConfig
 
 
 def vmhwm_by_rank(records: list[dict]) -> dict[int, int]:

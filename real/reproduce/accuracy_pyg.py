@@ -1,7 +1,7 @@
 """Public-split accuracy: sarlab's GCN on N workers against an independent single-process PyG GCN.
 
 Both train the same model on the same split with the accuracy table's protocol
-(:class:`~sarlab.executor.reproduce.accuracy_table.AccuracyConfig`): ``layers`` graph convolutions of width
+(:class:`~sarlab.real.reproduce.accuracy_table.AccuracyConfig`): ``layers`` graph convolutions of width
 ``hidden`` (self-loops, symmetric normalisation), ReLU and dropout ``dropout`` after every hidden layer (none on
 the input, no BatchNorm), full-batch Adam with weight decay (L2 on every parameter) and a cosine learning rate
 (epoch ``e`` of ``E``: ``lr (1 + cos(pi e / E)) / 2``), cross-entropy over the training nodes, the model after the
@@ -10,7 +10,7 @@ plain torch only (no sarlab code); its weights start from PyG's own initialisati
 ``init="linear"``, from ``nn.Linear``'s (Kaiming-uniform), which is what sarlab's GCN layer uses. Seeds set both
 the initialisation and dropout, so per-seed numbers differ between the two; the means over seeds are compared.
 
-Run: ``python -m sarlab.executor.reproduce.accuracy_pyg --out results/accuracy_public_split`` (Cora and CiteSeer,
+Run: ``python -m sarlab.real.reproduce.accuracy_pyg --out results/accuracy_public_split`` (Cora and CiteSeer,
 N = 4, 5 seeds).
 """
 from __future__ import annotations
@@ -28,16 +28,16 @@ import pandas as pd
 import torch
 from torch import nn
 
+from sarlab.common.machine import cpu_model, today, usable_cores
+from sarlab.common.tables import MEASURED, write_csv
 from sarlab.core.config import EngineConfig
-from sarlab.core.machine import cpu_model, today, usable_cores
-from sarlab.core.train import DTYPES, TrainConfig
 from sarlab.data.graphs import Graph, load_graph
 from sarlab.data.partition import partition
-from sarlab.executor.launch.jobs import Job
-from sarlab.executor.launch.launcher import launch
-from sarlab.executor.reproduce.accuracy_table import AccuracyConfig
 from sarlab.nn.model import ModelConfig
-from sarlab.simulator.studies.figures import MEASURED, write_csv
+from sarlab.real.launch.jobs import Job
+from sarlab.real.launch.launcher import launch
+from sarlab.real.reproduce.accuracy_table import AccuracyConfig
+from sarlab.training.trainer import DTYPES, TrainConfig
 
 #: (name, graph spec): Planetoid's public split, shipped with sarlab
 PUBLIC_GRAPHS = (("Cora", "planetoid:cora"), ("CiteSeer", "planetoid:citeseer"))
@@ -165,7 +165,7 @@ def write_public_split(runs: pd.DataFrame, cfg: PublicSplitConfig, out: Path, co
              f"Adam (lr {p.lr}, cosine decay to 0, weight decay {p.weight_decay} on every parameter), {p.dtype}, "
              f"the model after the last epoch (no model selection). sarlab: engine mode `sar` on {cfg.workers} worker "
              "processes (METIS parts). PyG: `torch_geometric.nn.GCNConv` in one process "
-             "(`sarlab.executor.reproduce.accuracy_pyg`, file real/reproduce/accuracy_pyg.py), initialised as PyG "
+             "(`sarlab.real.reproduce.accuracy_pyg`, file real/reproduce/accuracy_pyg.py), initialised as PyG "
              "does (Glorot, "
              "`init=pyg`) and as sarlab's layer does (`nn.Linear`'s Kaiming-uniform, `init=linear`). Seeds "
              f"{list(cfg.seeds)} set initialisation and dropout (different random streams in the two, so the "
@@ -187,7 +187,7 @@ def write_public_split(runs: pd.DataFrame, cfg: PublicSplitConfig, out: Path, co
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m sarlab.executor.reproduce.accuracy_pyg", description=__doc__.split(
+    p = argparse.ArgumentParser(prog="python -m sarlab.real.reproduce.accuracy_pyg", description=__doc__.split(
         "\n")[0])
     p.add_argument("--out", required=True, help="folder for accuracy_public_split.{csv,md}")
     p.add_argument("--workers", type=int, default=4)
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = PublicSplitConfig(workers=args.workers, seeds=tuple(range(args.seeds)),
                             protocol=replace(AccuracyConfig(), epochs=args.epochs))
     runs = run_public_split(cfg, log=lambda line: print(line, file=sys.stderr, flush=True))
-    command = "python -m sarlab.executor.reproduce.accuracy_pyg " + " ".join(argv if argv is not None else
+    command = "python -m sarlab.real.reproduce.accuracy_pyg " + " ".join(argv if argv is not None else
                                                                               sys.argv[1:])
     print(write_public_split(runs, cfg, Path(args.out), command).to_string(index=False))
     return 0

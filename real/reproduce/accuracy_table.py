@@ -19,15 +19,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from sarlab.common.machine import cpu_model, today, usable_cores
+from sarlab.common.tables import MEASURED, write_csv
 from sarlab.core.config import EngineConfig
-from sarlab.core.machine import cpu_model, today, usable_cores
-from sarlab.core.train import TrainConfig
 from sarlab.data.graphs import load_graph
 from sarlab.data.partition import is_partition_dir, partition
-from sarlab.executor.launch.jobs import Job
-from sarlab.executor.launch.launcher import launch
 from sarlab.nn.model import ModelConfig
-from sarlab.simulator.studies.figures import MEASURED, write_csv
+from sarlab.real.launch.jobs import Job
+from sarlab.real.launch.launcher import launch
+from sarlab.training.trainer import TrainConfig
 
 #: the table's columns: (name, label augmentation on, accuracy column)
 CELLS = (("plain", False, "test_acc"), ("+ label aug", True, "test_acc"), ("+ C&S", False, "cs_test_acc"),

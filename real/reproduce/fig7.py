@@ -14,22 +14,16 @@ from pathlib import Path
 
 import pandas as pd
 
+from sarlab.common.figures import plot_scaling
+from sarlab.common.machine import cpu_model, today, usable_cores
+from sarlab.common.tables import MEASURED, epochs_text, measured_banner, summarize_measured, write_csv
 from sarlab.core.config import EngineConfig
-from sarlab.core.machine import cpu_model, today, usable_cores
-from sarlab.core.train import TrainConfig
 from sarlab.data.graphs import load_graph
 from sarlab.data.partition import is_partition_dir, partition
-from sarlab.executor.launch.jobs import Job
-from sarlab.executor.launch.launcher import launch
 from sarlab.nn.model import ModelConfig
-from sarlab.simulator.studies.figures import (
-    MEASURED,
-    epochs_text,
-    measured_banner,
-    plot_scaling,
-    summarize_measured,
-    write_csv,
-)
+from sarlab.real.launch.jobs import Job
+from sarlab.real.launch.launcher import launch
+from sarlab.training.trainer import TrainConfig
 
 #: (label, mode key in the records, mode, fused): aggregate-first R-GCN (the engine's default, ``fused``) and
 #: per-edge messages (``--unfused``: PyG FastRGCNConv's / DGL RelGraphConv's order, the paper's baseline layer)

@@ -17,16 +17,17 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from sarlab.common.figures import face
+from sarlab.common.machine import cpu_model, today, usable_cores
+from sarlab.common.records import summarize
+from sarlab.common.tables import MEASURED, measured_banner, write_csv
 from sarlab.core.config import EngineConfig
-from sarlab.core.machine import cpu_model, today, usable_cores
-from sarlab.core.records import summarize
-from sarlab.core.train import TrainConfig
 from sarlab.data.graphs import load_graph
 from sarlab.data.partition import is_partition_dir, partition
-from sarlab.executor.launch.jobs import Job
-from sarlab.executor.launch.launcher import launch
 from sarlab.nn.model import ModelConfig
-from sarlab.simulator.studies.figures import MEASURED, face, measured_banner, write_csv
+from sarlab.real.launch.jobs import Job
+from sarlab.real.launch.launcher import launch
+from sarlab.training.trainer import TrainConfig
 
 #: (label, label augmentation, MFG) of the training curves
 VARIANTS = (("plain", False, False), ("label aug", True, False), ("MFG", False, True), ("label aug + MFG", True, True))

@@ -1,31 +1,31 @@
 """``sarlab reproduce``: regenerate the SAR paper's figures 2-8 and its accuracy table as plan -> units ->
 figures, measured where this machine can run them and simulated where it cannot, each labelled on its face.
 
-The plan (:mod:`sarlab.executor.reproduce.reproduce_plan`) lists steps and their units with parameters; each unit is a
-Python call (:mod:`sarlab.executor.reproduce.reproduce_units`) that draws with :mod:`sarlab.simulator.studies.figures`;
-:mod:`sarlab.executor.reproduce.step_cache` skips finished work.
+The plan (:mod:`sarlab.real.reproduce.reproduce_plan`) lists steps and their units with parameters; each unit is a
+Python call (:mod:`sarlab.real.reproduce.reproduce_units`) that draws with :mod:`sarlab.common.figures`;
+:mod:`sarlab.real.reproduce.step_cache` skips finished work.
 
 Steps, in this order (``--only`` picks some; ``fig3`` and ``fig4`` name ``fig3_fig4``, ``fig5`` and ``fig6``
 name ``fig5_fig6``):
 
 * ``fig2``: one GAT layer, forward and backward time and peak memory against heads 2/4/8: the engine's own
   ``sarlab.nn.GATConv`` with the fused C++ kernels and unfused, vs PyG's ``GATConv`` (vs DGL's where it
-  imports). Measured with :mod:`sarlab.executor.bench.kernel_bench`.
+  imports). Measured with :mod:`sarlab.real.bench.kernel_bench`.
 * ``fig3_fig4``: 3-layer GraphSAGE (hidden 256) and 3-layer GAT (hidden 128 = 4 heads x 32), epoch time and
   peak memory per worker against N; ``sar`` vs vanilla domain parallel (``oneshot``), GAT also ``sar`` with
-  the fused kernels. (a) measured here with :mod:`sarlab.executor.bench.bench` on a products-like synthetic graph (mean
+  the fused kernels. (a) measured here with :mod:`sarlab.real.bench.bench` on a products-like synthetic graph (mean
   degree 50, 100 features, 47 classes) at N = 2, 4, 8; (b) simulated for ogbn-products at N = 4, 8, 16 on a
   machine profile (default: the ``icelake-hdr200`` preset, the paper's cluster).
 * ``fig5_fig6``: the same models on ogbn-papers100M at N = 32, 64, 128, simulated, with the memory scaling
   (memory at the smallest N / memory at N) on a second axis and an OOM marker where one host's workers would
   need more than the profile's memory per host.
 * ``fig7``: 3-layer R-GCN (hidden 256): measured here on an ogbn-mag-like heterogeneous graph at N = 2, 4, 8
-  (:mod:`sarlab.executor.reproduce.fig7`), simulated on ogbn-mag at N = 4, 8, 16 (:mod:`sarlab.simulator.studies.fig7`).
+  (:mod:`sarlab.real.reproduce.fig7`), simulated on ogbn-mag at N = 4, 8, 16 (:mod:`sarlab.simulator.studies.fig7`).
 * ``fig8``: training curves with and without label augmentation and MFG pruning, and MFG's epoch time, memory
   and bytes against the label rate, measured on a products-like graph with few labels
-  (:mod:`sarlab.executor.reproduce.fig8`).
+  (:mod:`sarlab.real.reproduce.fig8`).
 * ``accuracy``: GCN, SAGE, GAT, plain / + label augmentation / + C&S, mean and std over seeds, on Cora and a
-  products-like graph, with an N = 4 check (:mod:`sarlab.executor.reproduce.accuracy_table`).
+  products-like graph, with an N = 4 check (:mod:`sarlab.real.reproduce.accuracy_table`).
 
 Every unit of work (one figure) writes a PNG, the numbers it draws as a CSV beside it, and its entry in the
 step manifest ``reproduce_<step>.json``: the parameters, whether it is measured or simulated, and where
@@ -47,9 +47,11 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from sarlab.executor.reproduce.reproduce_plan import STEPS, build_plan, select_steps, unit_outputs
-from sarlab.executor.reproduce.reproduce_units import Log, run_fig2, run_measured, run_simulated
-from sarlab.executor.reproduce.step_cache import (
+from sarlab.common.paths import cache_dir
+from sarlab.common.tables import SIMULATED
+from sarlab.real.reproduce.reproduce_plan import STEPS, build_plan, select_steps, unit_outputs
+from sarlab.real.reproduce.reproduce_units import Log, run_fig2, run_measured, run_simulated
+from sarlab.real.reproduce.step_cache import (
     MANIFEST_VERSION,
     params_sha,
     read_manifest,
@@ -57,8 +59,6 @@ from sarlab.executor.reproduce.step_cache import (
     unit_current,
     write_manifest,
 )
-from sarlab.paths import cache_dir
-from sarlab.simulator.studies.figures import SIMULATED
 from sarlab.version import version_string
 
 DEFAULT_OUT = cache_dir("reproduce")

@@ -3,8 +3,8 @@
 A *step* is a group of figures regenerated together (``fig2``, ``fig3_fig4``, ``fig5_fig6``, ``fig7``, ``fig8``,
 ``accuracy``); a *unit* is one figure (or the accuracy table), measured here or simulated, described by a dict of
 everything its outputs depend on. The driver
-(:mod:`sarlab.executor.reproduce.reproduce`) runs the units (:mod:`sarlab.executor.reproduce.reproduce_units`) and
-caches them (:mod:`sarlab.executor.reproduce.step_cache`).
+(:mod:`sarlab.real.reproduce.reproduce`) runs the units (:mod:`sarlab.real.reproduce.reproduce_units`) and
+caches them (:mod:`sarlab.real.reproduce.step_cache`).
 """
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from sarlab import simulator as sarlab_simulator
-from sarlab.executor.reproduce.accuracy_table import AccuracyConfig
-from sarlab.executor.reproduce.fig7 import Fig7Config
-from sarlab.executor.reproduce.fig8 import Fig8Config
-from sarlab.executor.reproduce.step_cache import params_sha
+from sarlab.common.tables import MEASURED, SIMULATED
+from sarlab.real.reproduce.accuracy_table import AccuracyConfig
+from sarlab.real.reproduce.fig7 import Fig7Config
+from sarlab.real.reproduce.fig8 import Fig8Config
+from sarlab.real.reproduce.step_cache import params_sha
 from sarlab.simulator.hardware.profile import PRESETS, load_profile
-from sarlab.simulator.studies.figures import MEASURED, SIMULATED
 
 SIMULATOR_DIR = Path(sarlab_simulator.__file__).resolve().parent  # the simulator's sources (checkout or installed)
 STEPS = ("fig2", "fig3_fig4", "fig5_fig6", "fig7", "fig8", "accuracy")

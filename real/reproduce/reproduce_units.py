@@ -1,10 +1,10 @@
 """The units of ``sarlab reproduce``: one figure each, measured here or simulated, as Python calls.
 
-Every unit takes its parameters (from :mod:`sarlab.executor.reproduce.reproduce_plan`), writes ``<unit>.png`` and
+Every unit takes its parameters (from :mod:`sarlab.real.reproduce.reproduce_plan`), writes ``<unit>.png`` and
 ``<unit>.csv`` (and for measured scaling figures ``<unit>_records.csv``) into ``out`` and returns its provenance for the
-manifest. Figures 7 and 8 and the accuracy table (:mod:`sarlab.executor.reproduce.fig7`,
-:mod:`sarlab.executor.reproduce.fig8`, :mod:`sarlab.executor.reproduce.accuracy_table`) write the files
-:func:`sarlab.executor.reproduce.reproduce_plan.unit_outputs` lists for them; :func:`run_measured` dispatches to them.
+manifest. Figures 7 and 8 and the accuracy table (:mod:`sarlab.real.reproduce.fig7`,
+:mod:`sarlab.real.reproduce.fig8`, :mod:`sarlab.real.reproduce.accuracy_table`) write the files
+:func:`sarlab.real.reproduce.reproduce_plan.unit_outputs` lists for them; :func:`run_measured` dispatches to them.
 """
 from __future__ import annotations
 
@@ -15,27 +15,26 @@ from typing import Any
 
 import pandas as pd
 
-from sarlab.core.machine import cpu_model, load_1min, today, usable_cores
-from sarlab.executor.bench.bench import EngineBenchConfig, run_engine_bench
-from sarlab.executor.bench.kernel_bench import KernelBenchConfig, run_kernel_bench
-from sarlab.executor.reproduce.accuracy_table import AccuracyConfig, run_accuracy, write_accuracy
-from sarlab.executor.reproduce.fig7 import Fig7Config, run_fig7, write_fig7
-from sarlab.executor.reproduce.fig8 import Fig8Config, run_fig8_curves, run_fig8_rates, write_fig8
-from sarlab.executor.reproduce.reproduce_plan import profile_identity
-from sarlab.simulator.hardware.profile import load_profile
-from sarlab.simulator.studies import fig7 as sim_fig7
-from sarlab.simulator.studies.figures import (
+from sarlab.common.figures import plot_fig2, plot_scaling
+from sarlab.common.machine import cpu_model, load_1min, today, usable_cores
+from sarlab.common.tables import (
     MEASURED,
     SIMULATED,
     epochs_text,
     measured_banner,
-    plot_fig2,
-    plot_scaling,
     simulated_banner,
     summarize_measured,
     write_csv,
 )
-from sarlab.simulator.studies.sweep import simulate_sweep
+from sarlab.real.bench.bench import EngineBenchConfig, run_engine_bench
+from sarlab.real.bench.kernel_bench import KernelBenchConfig, run_kernel_bench
+from sarlab.real.reproduce.accuracy_table import AccuracyConfig, run_accuracy, write_accuracy
+from sarlab.real.reproduce.fig7 import Fig7Config, run_fig7, write_fig7
+from sarlab.real.reproduce.fig8 import Fig8Config, run_fig8_curves, run_fig8_rates, write_fig8
+from sarlab.real.reproduce.reproduce_plan import profile_identity
+from sarlab.simulator.hardware.profile import load_profile
+from sarlab.simulator.studies import fig7 as sim_fig7
+from sarlab.simulator.system.sweep import simulate_sweep
 from sarlab.simulator.workload.model import ModelSpec
 
 Log = Callable[[str], None]

@@ -1,5 +1,8 @@
 """The exact engine: configuration, process-group communication, sharded graphs, the three aggregation modes
-(``sar``, ``sa``, ``oneshot``), the full-batch training loop, metric records, memory measurement and
-checkpoints. May import :mod:`sarlab.data`, :mod:`sarlab.nn`, :mod:`sarlab.strategies` and :mod:`sarlab.kernels`;
-never the executor or the simulator.
+(``sar``, ``sa``, ``oneshot``), the aggregators and memory measurement. Layers (:mod:`sarlab.nn`), strategies
+(:mod:`sarlab.strategies`) and the training loop (:mod:`sarlab.training`) sit above it.
+
+May import :mod:`sarlab.data`, :mod:`sarlab.common` and :mod:`sarlab.kernels`; nothing above.
 """
+
+MAY_IMPORT = ("sarlab.data", "sarlab.common", "sarlab.kernels", "sarlab.version")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-BACKENDS = ("gloo", "nccl", "ccl", "mpi")
+from sarlab.common.records import BACKENDS
 
 # message kinds, folded into the point-to-point tag so concurrent exchanges never match each other
 TAG_FEATURES, TAG_GRADS, TAG_HALO, TAG_HALO_GRADS = 1, 2, 3, 4

@@ -79,7 +79,7 @@ def parse_fanouts(text: str, layers: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    """Mini-batch training with neighbour sampling (``--mode sampling``, :mod:`sarlab.strategies.minibatch`).
+    """Mini-batch training with neighbour sampling (``--mode sampling``, :mod:`sarlab.training.minibatch`).
 
     Args:
         fanouts: neighbours sampled per node, one per layer, hop 1 (the last layer) first; -1 = all
@@ -88,7 +88,7 @@ class SamplingConfig:
             ``ceil(max over workers of its training nodes / batch_size)``, over its training nodes split evenly.
         prefetch: sample the next round of mini-batches and post the fetch of its remote features before computing
             this one.
-        round_batches: mini-batches sampled and fetched together (a round, :mod:`sarlab.strategies.minibatch`: one
+        round_batches: mini-batches sampled and fetched together (a round, :mod:`sarlab.training.minibatch`: one
         frontier
             sample per layer and one feature fetch for all of them, each node sampled and fetched once); 0 (the
             default): the whole epoch is one round. Smaller rounds keep fewer input rows resident (and let prefetch

@@ -1,9 +1,14 @@
-"""Layers that run on a :class:`sarlab.core.shards.ShardedGraph` and the model built from them."""
+"""Layers that run on a :class:`sarlab.core.shards.ShardedGraph` and the model built from them.
+
+May import :mod:`sarlab.core`, :mod:`sarlab.data`, :mod:`sarlab.common` and :mod:`sarlab.kernels`.
+"""
 from sarlab.nn.gat import GATConv
 from sarlab.nn.gcn import GCNConv
 from sarlab.nn.model import GNN, MODELS
 from sarlab.nn.norm import DistBatchNorm
 from sarlab.nn.rgcn import RGCNConv
 from sarlab.nn.sage import SAGEConv
+
+MAY_IMPORT = ("sarlab.core", "sarlab.data", "sarlab.common", "sarlab.kernels", "sarlab.version")
 
 __all__ = ["GATConv", "GCNConv", "SAGEConv", "RGCNConv", "DistBatchNorm", "GNN", "MODELS"]

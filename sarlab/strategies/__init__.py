@@ -1,5 +1,9 @@
-"""Training strategies beside the exact core: distributed neighbour sampling and mini-batches, bounded-staleness
-halos, message-flow-graph pruning, label augmentation and Correct & Smooth. Each keeps the core's metric records.
-May import :mod:`sarlab.core`, :mod:`sarlab.data`, :mod:`sarlab.nn` and :mod:`sarlab.kernels`; never the
-executor or the simulator.
+"""Training strategies the trainer composes (:mod:`sarlab.training`): distributed neighbour sampling,
+bounded-staleness halos, message-flow-graph pruning, label augmentation and Correct & Smooth. Each keeps the
+core's metric records.
+
+May import :mod:`sarlab.nn`, :mod:`sarlab.core`, :mod:`sarlab.data`, :mod:`sarlab.common` and
+:mod:`sarlab.kernels`; never the training floor, the executor or the simulator.
 """
+
+MAY_IMPORT = ("sarlab.nn", "sarlab.core", "sarlab.data", "sarlab.common", "sarlab.kernels", "sarlab.version")

@@ -20,14 +20,14 @@ class Calibration:
         threads: thread count for the "all cores" measurement (default: usable cores).
         seed: random graphs' seed.
         quiet_tries: runs of a timing step at most, while other processes keep using the cores during it
-            (see :func:`sarlab.simulator.calibration.harness.quiet_step`); 1 = no retry.
+            (see :func:`sarlab.real.calibration.harness.quiet_step`); 1 = no retry.
         quiet_wait_s: seconds to wait for an idle machine before each try.
         engine: fit :attr:`Profile.compute_scale` from real engine epochs
-            (:func:`sarlab.simulator.calibration.engine_runs.bench_engine`).
+            (:func:`sarlab.real.calibration.engine_runs.bench_engine`).
         scale_key: what the fitted curve is keyed by (:attr:`Profile.compute_scale_key`): ``"peak"`` (the
             default) or ``"activation"``.
         share_pairs: adjacent solo / co-located window pairs per op family in
-            :func:`sarlab.simulator.calibration.hostbench.bench_share` (median taken).
+            :func:`sarlab.real.calibration.hostbench.bench_share` (median taken).
         thread_rounds: alternating one-thread / all-core rounds of each op's thread efficiency (median taken).
         log: progress printer.
     """
@@ -48,7 +48,7 @@ class Calibration:
     @property
     def repeats(self) -> int:
         """Timed runs of each call (the median or best is kept,
-        :func:`sarlab.simulator.calibration.harness.time_call`)."""
+        :func:`sarlab.real.calibration.harness.time_call`)."""
         return 3 if self.quick else 5
 
 

@@ -109,7 +109,7 @@ def fit_cache(work: list[float], edge_s: list[float], gathered: list[float], rat
 
 
 def fit_link(sizes: Sequence[int], result: dict[str, Any]) -> Link:
-    r"""The link of :mod:`sarlab.simulator.calibration.netbench`'s measurements: :math:`t = \alpha + b / B` fitted to
+    r"""The link of :mod:`sarlab.real.calibration.netbench`'s measurements: :math:`t = \alpha + b / B` fitted to
     the one-way ping-pong times, the gap ``g`` from the stream of small messages (``L = alpha - g``), and the
     bandwidth capped by the bulk exchange's when there is one.
 
@@ -167,7 +167,7 @@ def median_scale_points(
 
 def fit_message_costs(runs: Sequence[dict[str, Any]], small: int | None = None) -> dict[str, float]:
     r"""Per-call and per-op software costs of messages (gloo's or another backend's) from
-    :mod:`sarlab.simulator.calibration.commbench` runs.
+    :mod:`sarlab.real.calibration.commbench` runs.
 
     Over the ``ring`` (2 ops) and ``alltoall`` (``2 (W-1)`` ops) patterns of every world size ``W``, at the
     smallest message size (``small``), the main thread's CPU time of one posting call and of its waits are

@@ -1,6 +1,7 @@
-"""The speed probe: a fixed real workload run next to each measured configuration, and what it says.
+"""The speed probe's reading: what the fixed real workload run next to each measured configuration says.
 
-A shared VM's speed drifts between minutes, so ``sarlab bench engine --probe`` runs :func:`speed_probe`
+A shared VM's speed drifts between minutes, so ``sarlab bench engine --probe`` runs
+:func:`sarlab.real.calibration.speed_probe.speed_probe`
 between configurations; the validation divides each configuration's adjacent probe epoch time by the
 simulator's prediction of the probe to get the ``compute_scale`` that held while it ran (:func:`probe_scale`).
 """
@@ -8,15 +9,11 @@ simulator's prediction of the probe to get the ``compute_scale`` that held while
 from __future__ import annotations
 
 import math
-import time
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from sarlab.core.records import RUN_COLUMN
-from sarlab.simulator.calibration.engine_runs import engine_epoch
+from sarlab.common.records import RUN_COLUMN
 from sarlab.simulator.hardware.profile import Profile
 from sarlab.simulator.system.replay import simulate_row
 
@@ -25,32 +22,9 @@ PROBE_GRAPH = "synthetic:nodes=100000,degree=30,features=128,classes=16,seed=11"
 PROBE_MODEL = {"model": "gcn", "layers": 3, "hidden": 256, "epochs": 3}
 
 
-def speed_probe(partition_dir: str | Path, spec: str = PROBE_GRAPH) -> dict[str, Any]:
-    """Measure the machine's current speed with the probe (:data:`PROBE_MODEL` on ``spec``, one worker with
-    one thread); returns its epoch time and the configuration columns its prediction needs (:func:`probe_row`).
-
-    One thread, like the calibration's engine runs (:func:`engine_epoch`): the scale the probe gives then
-    holds no error of the profile's thread efficiencies (records of probes run with all cores carry
-    ``probe_threads`` and are priced as they ran).
-    """
-    row = engine_epoch(spec, PROBE_MODEL["model"], PROBE_MODEL["layers"], PROBE_MODEL["hidden"],
-                       PROBE_MODEL["epochs"], partition_dir, threads=1)  # fmt: skip
-    return {
-        "probe_epoch_s": float(row["measured_epoch_time_s"]),
-        "probe_graph": spec,
-        "probe_num_nodes": int(row["num_nodes"]),
-        "probe_num_edges": int(row["num_edges"]),
-        "probe_feature_dim": int(row["feature_dim"]),
-        "probe_num_classes": int(row["num_classes"]),
-        "probe_partition_dir": str(partition_dir),
-        "probe_threads": int(row["threads"]),
-        "probe_time": time.time(),
-    }
-
-
 def probe_row(row: pd.Series) -> pd.Series:
     """The configuration of the speed probe that ran next to ``row`` (:func:`speed_probe`), as a
-    :func:`sarlab.simulator.studies.measured.summarize_measured`-like row that
+    :func:`sarlab.simulator.calibration.measured.summarize_measured`-like row that
     :func:`sarlab.simulator.system.replay.simulate_row` accepts."""
     return pd.Series(
         {

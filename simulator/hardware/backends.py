@@ -4,8 +4,8 @@ torch.distributed backend than gloo, and how evenly ranks joined by it progress 
 A profile's own link, message and progress-spread fields (:data:`OVERLAY_FIELDS`) are gloo's, what ``sarlab
 calibrate`` measures by default. ``Profile.backends`` maps another backend's name to an overlay: some or all of
 :data:`OVERLAY_FIELDS`, measured over that backend by the same benchmarks (``sarlab calibrate --backend NAME``:
-:mod:`sarlab.simulator.calibration.netbench`, :mod:`sarlab.simulator.calibration.commbench` and
-:mod:`sarlab.executor.calibration.progressbench`), plus its provenance (``notes``: lines; ``meta``: date, command,
+:mod:`sarlab.real.calibration.netbench`, :mod:`sarlab.real.calibration.commbench` and
+:mod:`sarlab.real.calibration.progressbench`), plus its provenance (``notes``: lines; ``meta``: date, command,
 load). ``crowded_cpu`` (:data:`CROWDED_FIELDS`) holds the background CPU costs measured with the host running more
 ranks than cores, where the executor runs a backend differently (oneCCL without its worker thread); the
 profile prices them for such hosts (:meth:`~sarlab.simulator.hardware.profile.Profile.comm_cpu`). The progress
@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
+
+from sarlab.common.records import BACKENDS
 
 #: this module is imported by :mod:`sarlab.simulator.hardware.profile` and imports nothing of it: a profile is any
 #: object with the fields of :class:`~sarlab.simulator.hardware.profile.Profile`
@@ -72,9 +74,7 @@ def comm_cpu(profile: Profile, ranks_per_host: int) -> tuple[float, float]:
 
 
 def known_backends() -> tuple[str, ...]:
-    """The backends the engine knows (:data:`sarlab.core.comm.BACKENDS`)."""
-    from sarlab.core.comm import BACKENDS  # torch.distributed: imported only when a name has to be checked
-
+    """The backends the engine knows (:data:`sarlab.common.records.BACKENDS`)."""
     return tuple(BACKENDS)
 
 

@@ -55,9 +55,9 @@ def implausible_thread_effs(ops: Mapping[str, OpCost], cores: int) -> list[str]:
 
 #: the plausible range of :attr:`Profile.compute_scale` (engine epochs over the microbenchmarks' prediction):
 #: within a factor of 2 of 1. The microbenchmarks time the engine's own kernels
-#: (:mod:`sarlab.simulator.calibration.opbench`,
-#: :mod:`sarlab.simulator.calibration.gatbench`) under the allocator regime of the engine epochs they are compared with
-#: (:func:`sarlab.simulator.calibration.engine_runs.engine_epoch`), so the scale only holds what they leave out (Python,
+#: (:mod:`sarlab.real.calibration.opbench`,
+#: :mod:`sarlab.real.calibration.gatbench`) under the allocator regime of the engine epochs they are compared with
+#: (:func:`sarlab.real.calibration.engine_runs.engine_epoch`), so the scale only holds what they leave out (Python,
 #: small
 #: ops); campaign 9's 0.46 came from engine epochs under the counting allocator's block cache and spmm timed on
 #: ``torch.sparse`` where the engine ran its C++ SpMM.

@@ -167,7 +167,7 @@ class Profile:
             pairs' delays. 0 = none. Drawn from a fixed seed, so a prediction is repeatable.
         progress_spread: ``{P: sigma_P}``: how unevenly ``P`` single-thread workers sharing one host's cores
             progress between two exchange calls (:mod:`sarlab.simulator.system.spread`; measured by
-            :mod:`sarlab.executor.calibration.progressbench` and fitted by
+            :mod:`sarlab.real.calibration.progressbench` and fitted by
             :func:`sarlab.simulator.system.spread.fit_sigma`). Empty = even progress (presets: one worker per core).
         p2p_cpu_s_per_byte: CPU seconds a worker's process spends per byte it sends or receives (loopback
             copies in the communication threads); charged to its host's shared cores when co-located
@@ -176,11 +176,11 @@ class Profile:
             ``cores_per_host`` (:meth:`comm_cpu`; oneCCL runs without its worker thread there). Empty = the same.
         mem_overhead_factor: measured resident bytes per tensor byte (allocator + page rounding).
         first_use_bytes: resident bytes an op family adds the first time a process runs it (library code
-            pages, allocator arenas), measured by :mod:`sarlab.simulator.calibration.memprobe`; ``autograd`` (the first
+            pages, allocator arenas), measured by :mod:`sarlab.real.calibration.memprobe`; ``autograd`` (the first
             backward pass: engine threads, backward kernels) counts for every model, since the engine
             measures its baseline before any backward has run.
         transient_bytes: temporaries of the engine's sparse kernels beyond their output, measured by
-            :func:`sarlab.simulator.calibration.memprobe.kernel_transients` (``spmm_{fwd,bwd}_out`` per output byte,
+            :func:`sarlab.real.calibration.memprobe.kernel_transients` (``spmm_{fwd,bwd}_out`` per output byte,
             ``spmm_{fwd,bwd}_edge`` per edge); recorded as a check, not priced: the C++ shard SpMM allocates
             nothing beyond its output (about 0 measured); empty = not measured.
         llc_bytes: effective last-level cache of one worker for random row gathers (fitted by calibration:
@@ -189,7 +189,7 @@ class Profile:
         mem_per_host_bytes: memory of one host (for "does it fit" reports; 0 = unknown).
         dtype_slowdown: compute-time multiplier per dtype relative to float32.
         compute_scale: multiplier of every compute cost, fitted by ``sarlab calibrate`` from short epochs of
-            the real engine (:func:`sarlab.simulator.calibration.engine_runs.bench_engine`): what the microbenchmarks
+            the real engine (:func:`sarlab.real.calibration.engine_runs.bench_engine`): what the microbenchmarks
             miss in a whole epoch (first-touch faults of GBs of fresh tensors under memory pressure, small ops they do
             not price). 1.0 = microbenchmarks alone (presets).
         compute_scale_curve: ``((bytes, scale), ...)`` by increasing ``bytes``: the same ratio measured at
@@ -364,7 +364,7 @@ def load_profile(spec: str | Path) -> Profile:
 
 
 # --------------------------------------------------------------------------------------- presets
-#: software cost of gloo exchanges, measured here (sarlab.simulator.calibration.commbench on 2, 4 and 8 ranks, 256-byte
+#: software cost of gloo exchanges, measured here (sarlab.real.calibration.commbench on 2, 4 and 8 ranks, 256-byte
 #: messages,
 #: main-thread CPU time, AMD EPYC VM 2026-11-23 under a 1-min load of 9-14 on 2 cores; fit_message_costs):
 #: what the presets assume for torch.distributed's Python path on any machine
@@ -443,7 +443,7 @@ def icelake_hdr200() -> Profile:
         "network: HDR InfiniBand 200 Gb/s = 25 GB/s per direction, 80% effective; 5 us per message.",
         "one worker per node, all 72 cores as threads; 256 GB per node.",
         "message software (measured, not assumed): an exchange call 28 us + 17 us per op posted + 4 us per op "
-        "waited: torch.distributed's Python path over gloo timed by sarlab.simulator.calibration.commbench on 2-8 "
+        "waited: torch.distributed's Python path over gloo timed by sarlab.real.calibration.commbench on 2-8 "
         "ranks (AMD EPYC "
         "VM, 2026-11-23, main-thread CPU time; the same code runs on a cluster node whatever the transport).",
         "per-round jitter (assumed, order of magnitude): exponential delays of mean 20 us per exchange call. OS "

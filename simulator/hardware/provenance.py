@@ -4,7 +4,7 @@ Profiles are inputs: the calibrated ones that ship with the simulator live in ``
 (:data:`DEFAULT_PROFILE` is the 2-core AMD EPYC VM the validation campaigns ran on), presets of assumed
 figures in :mod:`sarlab.simulator.hardware.profile`, and a machine's own calibration where ``sarlab calibrate`` writes
 it by default (:data:`LOCAL_PROFILE`). A calibrated profile names the CPU it was measured on
-(``meta["machine"]``, :func:`sarlab.core.machine.cpu_model`); :func:`machine_warnings` says when that is not this
+(``meta["machine"]``, :func:`sarlab.common.machine.cpu_model`); :func:`machine_warnings` says when that is not this
 machine, :func:`plausibility_warnings` when the profile's thread efficiencies are implausible for its cores or
 its compute scale lies outside the plausible range.
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sarlab.core.machine import cpu_model, usable_cores
-from sarlab.paths import cache_dir
+from sarlab.common.machine import cpu_model, usable_cores
+from sarlab.common.paths import cache_dir
 from sarlab.simulator.hardware.plausibility import implausible_compute_scale, implausible_thread_effs
 from sarlab.simulator.hardware.profile import PRESETS, Profile, load_profile
 

@@ -1,7 +1,7 @@
 """Link profiles: a measured network (``sarlab netbench --out PATH``) as the simulator's inter-host link.
 
 A link profile is JSON; the reader takes what it finds and says what it assumed. The fields it reads (schema
-``sarlab-link-profile/1``, :mod:`sarlab.executor.bench.netbench`; every field but a bandwidth may be missing):
+``sarlab-link-profile/1``, :mod:`sarlab.real.bench.netbench`; every field but a bandwidth may be missing):
 
 * ``bandwidth_bidir_Bps`` (payload bytes per second per direction with both directions busy: a ring round
   sends and receives at once), else ``bandwidth_Bps`` (one way), else ``0.95 rate_bps / 8``;
@@ -10,12 +10,12 @@ A link profile is JSON; the reader takes what it finds and says what it assumed.
   measured time (``L + g``); ``gap_s`` if given overrides ``g``;
 * ``shaping_cpu_s_per_byte``: CPU seconds the emulated path (veth pairs, bridge, htb qdiscs, in the kernel)
   costs on the machine's cores per byte a worker sends or receives, beyond loopback
-  (:mod:`sarlab.executor.calibration.shapebench`);
+  (:mod:`sarlab.real.calibration.shapebench`);
   absent: 0. On the emulated network every host's workers compute on those cores, so it is added to the base
   profile's ``p2p_cpu_s_per_byte`` (background work on the shared cores,
   :class:`sarlab.simulator.system.clock.WorkerClocks`);
 * ``shared_efficiency``: the share of the bandwidth a message gets while another uses its link end
-  (:mod:`sarlab.simulator.network.sharing`, measured by :mod:`sarlab.executor.calibration.roundbench`); absent: 1 (no
+  (:mod:`sarlab.simulator.network.sharing`, measured by :mod:`sarlab.real.calibration.roundbench`); absent: 1 (no
   loss). Below 1 the link is a
   :class:`sarlab.simulator.network.sharing.SharedLink`, so every reader (replay, ``sarlab simulate --net veth --link``)
   applies it;

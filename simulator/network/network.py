@@ -42,8 +42,8 @@ import simpy
 from simpy.events import NORMAL, PENDING
 
 from sarlab.simulator.hardware.profile import Link
+from sarlab.simulator.network.collectives import allreduce_seconds
 from sarlab.simulator.network.sharing import shared_occupancy
-from sarlab.simulator.system.costs import allreduce_seconds
 
 
 class SharedCores:

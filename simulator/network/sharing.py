@@ -3,9 +3,9 @@
 A message's bytes hold its sender's send channel and its receiver's receive channel for ``g + b / B``
 (:class:`sarlab.simulator.hardware.profile.Link`, :mod:`sarlab.simulator.network.network`), one message after the other.
 On a rate-limited link with a short queue (``veth:rate=R``: an htb shaper and a 20 ms byte FIFO at every link end,
-:mod:`sarlab.executor.launch.netns`) two TCP flows that use one link end at once do not split its rate without loss: the
+:mod:`sarlab.real.launch.netns`) two TCP flows that use one link end at once do not split its rate without loss: the
 queue overflows, segments are dropped and retransmitted, flows back off and time out. ``python -m
-sarlab.executor.calibration.roundbench`` measures it with gloo ranks and no compute: one flow per link end at a time
+sarlab.real.calibration.roundbench`` measures it with gloo ranks and no compute: one flow per link end at a time
 (``ring:0``) moves 0.99-1.02 of the rate's payload, while two or more at once (``ring:1``, ``ring:2``, ``oneshot``) take
 1.3-2.6x as long (N = 4 and 8, 75 and 150 mbit), with hundreds to thousands of retransmitted segments per pass; at 400
 mbit, whose queue holds 1 MB, only the all-to-all loses much. What a message loses grows with its length: at 75 mbit

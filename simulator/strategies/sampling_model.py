@@ -1,6 +1,6 @@
 """Mini-batch training with distributed neighbour sampling (``--mode sampling``), priced round by round (no events).
 
-**The engine's epoch** (``sarlab/strategies/minibatch.py``, ``sarlab/strategies/sampling.py``). Worker ``p`` splits its
+**The engine's epoch** (``sarlab/training/minibatch.py``, ``sarlab/strategies/sampling.py``). Worker ``p`` splits its
 ``T_p`` training nodes into ``S = ceil(max_q T_q / B)`` near-equal batches (every worker runs ``S`` steps) and groups
 consecutive batches into rounds of ``b`` (``round_batches``; 0: the whole epoch is one round), ``R = ceil(S / b)``
 rounds. A round
@@ -60,7 +60,8 @@ from typing import NamedTuple
 import numpy as np
 
 from sarlab.simulator.hardware.profile import Link, Profile
-from sarlab.simulator.system.costs import CostModel, allreduce_seconds
+from sarlab.simulator.network.collectives import allreduce_seconds
+from sarlab.simulator.system.costs import CostModel
 from sarlab.simulator.system.runspec import Placement, RunSpec, resolve_placement
 from sarlab.simulator.workload.layers import layer_plans
 from sarlab.simulator.workload.model import ModelSpec

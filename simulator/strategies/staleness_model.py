@@ -33,8 +33,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from sarlab.simulator.hardware.profile import Link, Profile
+from sarlab.simulator.network.collectives import allreduce_seconds
 from sarlab.simulator.strategies.sampling_model import message_link
-from sarlab.simulator.system.costs import allreduce_seconds
 from sarlab.simulator.system.epoch import simulate_epoch
 from sarlab.simulator.system.runspec import RunSpec, resolve_placement
 from sarlab.simulator.workload.layers import layer_plans

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from sarlab.core.machine import today
+from sarlab.common.figures import plot_scaling
+from sarlab.common.machine import today
+from sarlab.common.tables import SIMULATED, simulated_banner
+from sarlab.simulator.calibration.measured import summarize_measured, with_defaults
 from sarlab.simulator.hardware.profile import load_profile
 from sarlab.simulator.hardware.provenance import resolve_profile
-from sarlab.simulator.studies.figures import SIMULATED, plot_scaling, simulated_banner
-from sarlab.simulator.studies.measured import summarize_measured, with_defaults
 from sarlab.simulator.system.epoch import simulate_epoch
 from sarlab.simulator.system.replay import model_for, simulate_row
 from sarlab.simulator.system.runspec import RunSpec

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sarlab.core.machine import cpu_model, load_1min, today
+from sarlab.common.machine import cpu_model, load_1min, today
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.partition import assign_parts
 

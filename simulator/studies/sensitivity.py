@@ -34,7 +34,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 
-from sarlab.core.machine import today
+from sarlab.common.machine import today
 from sarlab.simulator.hardware.profile import Profile, load_profile
 from sarlab.simulator.system.epoch import simulate_epoch
 from sarlab.simulator.system.runspec import RunSpec

@@ -1,7 +1,7 @@
 """Validation: simulate the configurations of real metric records and compare with what was measured.
 
 Measured values are the records' summary per configuration
-(:func:`sarlab.simulator.studies.measured.summarize_measured`); the prediction error of a quantity is ``predicted /
+(:func:`sarlab.simulator.calibration.measured.summarize_measured`); the prediction error of a quantity is ``predicted /
 measured - 1``. Each configuration is priced with the links and message costs of its own ``backend`` column
 (:meth:`Profile.for_backend`; records without the column ran on gloo).
 """
@@ -14,12 +14,12 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from sarlab.core.records import CONFIG_KEYS
+from sarlab.common.records import CONFIG_KEYS
+from sarlab.simulator.calibration.measured import summarize_measured, with_defaults
 from sarlab.simulator.calibration.probe import probe_scale
 from sarlab.simulator.hardware.backends import BASE_BACKEND
 from sarlab.simulator.hardware.profile import Profile
 from sarlab.simulator.network.linkprofile import LinkProfile
-from sarlab.simulator.studies.measured import summarize_measured, with_defaults
 from sarlab.simulator.system.replay import model_for, simulate_row, stats_for
 
 

@@ -15,8 +15,8 @@ The rule. Every worker ``w`` has a clock ``t_w`` and the simulation has ``now``,
 * with a progress spread (:mod:`sarlab.simulator.system.spread`) the compute between a worker's ``k``-th and ``k+1``-th
   exchange call is multiplied by its draw ``f_{wk}`` (the same draws in both executors);
 * an all-reduce is joined at ``t_w`` and ends for every worker an all-reduce time
-  (:func:`sarlab.simulator.system.costs.allreduce_seconds`) after the last one joined; from ``t_w`` to the end is booked
-  as wait, as the engine books it.
+  (:func:`sarlab.simulator.network.collectives.allreduce_seconds`) after the last one joined; from ``t_w`` to the end
+  is booked as wait, as the engine books it.
 
 So an epoch costs about one SimPy event per message, and a worker's epoch time is its clock at the end. The
 lockstep executor (:mod:`sarlab.simulator.system.lockstep`) applies the same rule to all workers at once, as arrays.

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 import numpy as np
 
-from sarlab.simulator.hardware.profile import OP_UNITS, Link, Profile
+from sarlab.simulator.hardware.profile import OP_UNITS, Profile
 from sarlab.simulator.workload.ops import Number, Op
 
 
@@ -90,26 +89,3 @@ class CostModel:
         for op in ops:
             total = total + self.op_seconds(op)
         return total
-
-
-def message_seconds(link: Link, nbytes: Number) -> Number:
-    """Alpha-beta time of one lone message: :math:`\\alpha + b/B`."""
-    return link.alpha_s + nbytes / link.bandwidth_Bps
-
-
-def allreduce_seconds(link: Link, nbytes: float, workers: int) -> float:
-    """All-reduce of ``nbytes`` over ``workers`` workers: the faster of ring and recursive doubling.
-
-    .. math::
-        t = \\min\\left(2 (N-1) \\alpha + \\frac{2 (N-1)}{N} \\frac{b}{B},\\;
-        \\lceil \\log_2 N \\rceil \\left(\\alpha + \\frac{b}{B}\\right)\\right)
-
-    (ring: reduce-scatter + all-gather, bandwidth-optimal for large buffers; recursive doubling:
-    latency-optimal for the small BatchNorm and loss buffers.)
-    """
-    if workers <= 1:
-        return 0.0
-    steps = 2 * (workers - 1)
-    ring = steps * link.alpha_s + steps / workers * nbytes / link.bandwidth_Bps
-    doubling = math.ceil(math.log2(workers)) * (link.alpha_s + nbytes / link.bandwidth_Bps)
-    return min(ring, doubling)

@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 
 from sarlab.simulator.hardware.profile import Link
+from sarlab.simulator.network.collectives import allreduce_seconds
 from sarlab.simulator.network.sharing import shared_efficiency
 from sarlab.simulator.system.clock import Proc
-from sarlab.simulator.system.costs import allreduce_seconds
 from sarlab.simulator.system.jitter import jitter_delays
 from sarlab.simulator.system.runspec import Placement, RunSpec
 from sarlab.simulator.system.spread import spread_factors

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sarlab.core.records import RUN_COLUMN
+from sarlab.common.records import RUN_COLUMN
 from sarlab.simulator.hardware.profile import Profile
 from sarlab.simulator.network.linkprofile import LinkProfile, for_network
 from sarlab.simulator.network.sharing import with_sharing
@@ -73,7 +73,7 @@ def model_for(row: pd.Series, stats: PartitionStats | None = None) -> ModelSpec:
     records lack it, from the partition (``stats``, else :func:`stats_for`: the manifest the records name).
 
     Args:
-        row: a record, or a :func:`sarlab.simulator.studies.measured.summarize_measured` row.
+        row: a record, or a :func:`sarlab.simulator.calibration.measured.summarize_measured` row.
         stats: the partition the record ran on, when the caller has it.
     """
     model = str(row["model"])
@@ -114,7 +114,7 @@ def relations_of(row: pd.Series, stats: PartitionStats | None = None) -> int:
     """An R-GCN record's relations: its ``num_relations`` column where it says more than one, else the partition's
     (``stats``, or the manifest the record names: :func:`stats_for`; one where it is untyped or gone).
 
-    Records older than the column read 1 (``sarlab.core.records.CONFIG_DEFAULTS``), hence the partition decides then.
+    Records older than the column read 1 (``sarlab.common.records.CONFIG_DEFAULTS``), hence the partition decides then.
     """
     value = row.get("num_relations")
     given = 0 if value is None or pd.isna(value) else int(value)
@@ -140,7 +140,7 @@ def simulate_row(
     model: ModelSpec | None = None,
     links: list[LinkProfile] | None = None,
 ) -> EpochResult:
-    """Simulate the configuration of one :func:`sarlab.simulator.studies.measured.summarize_measured` row (its
+    """Simulate the configuration of one :func:`sarlab.simulator.calibration.measured.summarize_measured` row (its
     partition, model, mode, prefetch, threads per worker and network: a ``veth`` record takes the link profile of its
     rate from ``links`` as the inter-host link, with its ``shared_efficiency``
     (:mod:`sarlab.simulator.network.sharing`), its ``N / H`` workers per emulated host sharing that host's NIC, all

@@ -1,7 +1,7 @@
 """Uneven progress of time-shared workers: each worker's compute between two exchange calls runs a random factor slow.
 
 When more single-thread workers share a host than it has cores, the OS does not slice the cores evenly between
-memory-bound processes: measured by :mod:`sarlab.executor.calibration.progressbench`, the ranks' compute between two
+memory-bound processes: measured by :mod:`sarlab.real.calibration.progressbench`, the ranks' compute between two
 barriers differs by ~5 % (2 ranks on 2 cores) to ~20-25 % (4 ranks) per round, and a round that ends at its slowest
 rank waits for it. The simulator draws a factor per worker and *segment* (the compute between its ``k``-th and
 ``k+1``-th exchange call) and multiplies that segment's compute by it:

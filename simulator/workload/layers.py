@@ -179,7 +179,7 @@ class LayerPlan:
         """Aggregation of one shard of ``edges`` in-edges from ``num_src`` source rows into the running
         state of ``n`` rows.
 
-        GAT: one op of its family and nothing else. :mod:`sarlab.simulator.calibration.gatbench` times the engine's
+        GAT: one op of its family and nothing else. :mod:`sarlab.real.calibration.gatbench` times the engine's
         whole ``AttentionAggregation.accumulate`` per shard, so the family's rate already holds what runs around the
         kernel: the contiguous copies of ``s_dst`` and ``s_src`` (``kernels/gat.py`` ``gat_forward_shard``), the
         unfused form's ``[z, 1]`` rows and copies (``kernels/torch_backend.py`` ``gat_forward_shard``) and its
@@ -312,7 +312,7 @@ class LayerPlan:
         mean scaling; GAT also zero-fills the destination-input gradient ``n x (w + H)`` (``grad_dst``).
 
         GAT's ``delta = sum_c g * out`` is computed in every ``shard_vjp`` call, which
-        :mod:`sarlab.simulator.calibration.gatbench` times, so it is in the family's backward rate. GAT under autograd
+        :mod:`sarlab.real.calibration.gatbench` times, so it is in the family's backward rate. GAT under autograd
         (``sa``) runs one ``autograd.grad`` over the kept graph instead, which allocates its gradients itself (also
         timed by gatbench): nothing here.
         """
@@ -372,7 +372,7 @@ class LayerPlan:
         ``num_src x w`` result otherwise (a send buffer, or oneshot's gradient of its extended rows).
         A VJP that rematerializes (SAGE max/pool's regathered messages, the GAT kernels' recomputed
         attention) does so inside the backward op the calibration times, so its backward ratio covers it.
-        GAT: :mod:`sarlab.simulator.calibration.gatbench` times the whole ``AttentionAggregation.shard_vjp``, so the
+        GAT: :mod:`sarlab.real.calibration.gatbench` times the whole ``AttentionAggregation.shard_vjp``, so the
         family's backward holds its zeroed gradients, ``delta``, the input copies, the unfused chunks' adds and the
         fused form's ``torch.cat``: one op.
         """

@@ -17,7 +17,7 @@ enter :math:`\\pi'`; the rest are treated as independent (within a few % of a br
 configuration-model graphs, ``tests/test_simulator_strategies.py``; an upper bound where communities repeat
 sources). The new level holds the old one plus the sources sampled.
 
-**A round of batches** (:mod:`sarlab.strategies.minibatch`): a node's sample depends on (seed, epoch, layer, node) only,
+**A round of batches** (:mod:`sarlab.training.minibatch`): a node's sample depends on (seed, epoch, layer, node) only,
 so the union of the neighbourhoods of a round's batches is the sampled neighbourhood of the union of their seeds: the
 same formula with ``s`` = the round's seeds gives the rows and edges a round samples and fetches, and with ``s`` =
 one batch's seeds the blocks one step computes on.

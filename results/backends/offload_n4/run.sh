@@ -33,7 +33,7 @@ done
 .venv/bin/python - "$D" "$R" <<'PY'
 import glob, sys
 import pandas as pd
-from sarlab.core.records import summarize
+from sarlab.common.records import summarize
 d, r = sys.argv[1], sys.argv[2]
 rows, records = [], []
 for path in sorted(glob.glob(f"{r}/*_r[0-9].csv")):

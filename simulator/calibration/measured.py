@@ -1,7 +1,7 @@
 """Measured metric records: reading them, checking their columns, and summarising each configuration.
 
-Records come from ``sarlab bench engine`` (CSV or JSON lines) with the columns of :mod:`sarlab.core.records`.
-A configuration is summarised by :func:`sarlab.core.records.summarize` (per epoch the slowest rank's epoch time,
+Records come from ``sarlab bench engine`` (CSV or JSON lines) with the columns of :mod:`sarlab.common.records`.
+A configuration is summarised by :func:`sarlab.common.records.summarize` (per epoch the slowest rank's epoch time,
 then the median over the measured epochs; the peak is the largest ``peak_mem_bytes - baseline_mem_bytes``
 over ranks and measured epochs; the spread of the measured epochs, ``(max - min) / median``, says how much
 a time can be trusted), under the ``measured_*`` names of the validation table (:data:`MEASURED_NAMES`).
@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from sarlab.core.records import CONFIG_DEFAULTS, CONFIG_KEYS, RUN_COLUMN, measured_epochs, summarize
+from sarlab.common.records import CONFIG_DEFAULTS, CONFIG_KEYS, RUN_COLUMN, measured_epochs, summarize
 from sarlab.simulator.hardware.profile import Profile
 
 #: the columns validation cannot do without (the rest of the configuration columns have defaults)
 REQUIRED = ("mode", "model", "workers", "rank", "epoch", "epoch_time_s", "peak_mem_bytes", "baseline_mem_bytes",
             "num_nodes", "num_edges", "feature_dim", "num_classes", "layers", "hidden")
-#: :func:`sarlab.core.records.summarize` columns and their names in a measured summary
+#: :func:`sarlab.common.records.summarize` columns and their names in a measured summary
 MEASURED_NAMES = {
     "epoch_time_s": "measured_epoch_time_s",
     "epoch_spread": "measured_epoch_spread",
@@ -118,12 +118,12 @@ def _as_bool(value: object) -> bool:
 
 
 def summarize_measured(df: pd.DataFrame, warmup: int = 1) -> pd.DataFrame:
-    """One row per configuration (:data:`sarlab.core.records.CONFIG_KEYS`, in their sorted order): the measured
+    """One row per configuration (:data:`sarlab.common.records.CONFIG_KEYS`, in their sorted order): the measured
     summary (module docstring) and, where the records carry them, the configuration's probe columns
     (:data:`PROBE_COLUMNS`), records file and machine."""
     keys = list(CONFIG_KEYS)
     out = summarize(df, keys=keys, warmup=warmup)[[*keys, *MEASURED_NAMES]].rename(columns=MEASURED_NAMES)
-    if "bytes_sent" not in df.columns:  # sarlab.core.records.summarize sums a missing column to 0
+    if "bytes_sent" not in df.columns:  # sarlab.common.records.summarize sums a missing column to 0
         out["measured_bytes_sent"] = math.nan
     out = out.sort_values(keys, kind="stable").reset_index(drop=True)
     keep = measured_epochs(df, warmup)

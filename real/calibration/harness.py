@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from sarlab.core.machine import usable_cores
-from sarlab.paths import package_parent
+from sarlab.common.machine import usable_cores
+from sarlab.common.paths import package_parent
 from sarlab.simulator.calibration.calibration import Calibration, Findings
 
 #: the directory that holds the ``sarlab`` package (a checkout, or site-packages)

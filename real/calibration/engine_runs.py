@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sarlab.real.calibration.harness import ROOT
 from sarlab.simulator.calibration.calibration import Calibration
 from sarlab.simulator.calibration.fitting import fit_scale_curve, median_scale_points
-from sarlab.simulator.calibration.harness import ROOT
+from sarlab.simulator.calibration.measured import read_records, summarize_measured
 from sarlab.simulator.hardware.profile import Profile
-from sarlab.simulator.studies.measured import read_records, summarize_measured
 from sarlab.simulator.system.replay import simulate_row
 
 #: graphs of :func:`bench_engine`, ``nodes`` from :data:`ENGINE_SIZES` or the quick sizes (not graphs any
@@ -44,7 +44,8 @@ def engine_epoch(
 ) -> pd.Series:
     """One real single-worker ``sarlab train`` run of ``model`` (sar, mean aggregation) on graph ``spec``
     with ``threads`` threads (0: the engine's default, all cores); returns its
-    :func:`sarlab.simulator.studies.measured.summarize_measured` row (median epoch time of the epochs after the first).
+    :func:`sarlab.simulator.calibration.measured.summarize_measured`
+    row (median epoch time of the epochs after the first).
     ``partition_dir`` is reused when it already holds the partition.
 
     One thread by default: the compute scale fitted from these runs then holds no error of the measured

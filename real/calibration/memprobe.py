@@ -1,5 +1,5 @@
 """Resident memory that an op family adds the first time a fresh process runs it (``python -m
-sarlab.simulator.calibration.memprobe``).
+sarlab.real.calibration.memprobe``).
 
 Library code pages (oneDNN, OpenMP's runtime, torch's index kernels), allocator arenas and autograd's
 first-use structures appear after the engine measures its baseline (post-setup RSS) and stay, so they show up
@@ -31,7 +31,7 @@ from sarlab.core.memory import peak_bytes, reset_peak, rss_bytes, tune_malloc
 
 
 def _setup() -> None:
-    """The engine worker's state before its baseline (``sarlab.executor.launch.worker.run``): one thread, its malloc
+    """The engine worker's state before its baseline (``sarlab.real.launch.worker.run``): one thread, its malloc
     settings, the kernels extension loaded, a gloo group, shards built as ``sarlab.core.shards.Shard`` builds them
     (edges sorted by destination, row pointers from counts), a model and its optimizer."""
     torch.set_num_threads(1)
@@ -210,7 +210,7 @@ def first_use(family: str) -> float:
 def _one_family(family: str) -> float | None:
     """:func:`first_use` of ``family`` in a fresh interpreter (None where it fails: not measured), so that pages
     several families share are counted for each of them, as a model running one family sees them."""
-    out = subprocess.run([sys.executable, "-m", "sarlab.simulator.calibration.memprobe", "--family", family],
+    out = subprocess.run([sys.executable, "-m", "sarlab.real.calibration.memprobe", "--family", family],
                           capture_output=True,
                          text=True, timeout=120, check=False)
     if out.returncode != 0 or not out.stdout.strip():

@@ -22,9 +22,9 @@ import torch
 from sarlab import kernels
 from sarlab.core.aggregators import Aggregation
 from sarlab.core.shards import Shard
+from sarlab.real.calibration.harness import set_threads, time_call
 from sarlab.simulator.calibration.calibration import Calibration, Findings
 from sarlab.simulator.calibration.fitting import fit_cache, fit_nonnegative, fit_op, rate_from, thread_eta
-from sarlab.simulator.calibration.harness import set_threads, time_call
 from sarlab.simulator.hardware.profile import OpCost
 
 

@@ -259,7 +259,7 @@ def save_checkpoint(directory: str, trainer, epochs_done: int, facts: dict, hist
     Args:
         directory: checkpoint directory (see :func:`check_checkpoint_dir`, which the caller runs once before
             training; this replaces the previous checkpoint of the same run).
-        trainer: a :class:`~sarlab.core.train.Trainer`.
+        trainer: a :class:`~sarlab.training.trainer.Trainer`.
         epochs_done: epochs completed; a resumed run starts at this epoch index.
         facts: :func:`graph_facts` of the partition trained on.
         history: optional metric records so far (plain numbers and strings), returned on resume.

@@ -1,5 +1,5 @@
 """How much co-located single-thread processes slow each other down (run as ``python -m
-sarlab.simulator.calibration.sharebench``).
+sarlab.real.calibration.sharebench``).
 
 Each op family's representative op (shapes whose working set exceeds a core's private cache) runs in ``--pairs``
 pairs of adjacent windows of ``--seconds`` each, the first window opening at ``--start-at`` (a ``time.time()``
@@ -11,7 +11,7 @@ a call that its running mean says would end after its window, and the lead count
 window, so a window holds only its own processes' work. Each process prints one JSON line: per family, its
 calls per CPU second of the process in each solo and each co-located window (``null`` where it did not run);
 per CPU second, so that a third process time-slicing the cores does not count, only the interference of the
-co-running copies. :func:`sarlab.simulator.calibration.hostbench.bench_share` turns the lead's pairs into each
+co-running copies. :func:`sarlab.real.calibration.hostbench.bench_share` turns the lead's pairs into each
 family's ``share_eff``.
 """
 
@@ -26,7 +26,7 @@ from collections.abc import Callable
 import torch
 
 from sarlab.core.memory import tune_malloc
-from sarlab.simulator.calibration.opbench import random_csr
+from sarlab.real.calibration.opbench import random_csr
 
 GAP_S = 0.4  # between two families' windows
 

@@ -1,7 +1,7 @@
 """Start ``N`` benchmark ranks as child processes and wait for all of them, or fail with the first one's stderr.
 
-Shared by the probes that run gloo ranks without the engine (:mod:`sarlab.executor.calibration.roundbench`,
-:mod:`sarlab.executor.calibration.progressbench`): every rank's stderr goes to a temporary file; the first rank to exit
+Shared by the probes that run gloo ranks without the engine (:mod:`sarlab.real.calibration.roundbench`,
+:mod:`sarlab.real.calibration.progressbench`): every rank's stderr goes to a temporary file; the first rank to exit
 non-zero, or the deadline, ends the run with a :class:`RuntimeError` that carries every rank's stderr tail; on the way
 out every rank still running is killed (no orphans).
 """
@@ -13,7 +13,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from sarlab.paths import package_parent
+from sarlab.common.paths import package_parent
 
 ROOT = package_parent()  # the directory holding the sarlab package
 

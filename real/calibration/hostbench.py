@@ -1,11 +1,11 @@
 r"""Benchmarks of the host beyond single ops: the allocator, first-use memory, co-located processes, messages.
 
-Each of the last four runs other interpreters (:func:`sarlab.simulator.calibration.harness.module_command`): a fresh
-process for the memory that an op family adds on first use (:mod:`sarlab.simulator.calibration.memprobe`), one and then
-``C`` concurrent processes for the efficiency of co-located workers (:mod:`sarlab.simulator.calibration.sharebench`),
-and two ranks of a process group on 127.0.0.1 for the link (:mod:`sarlab.simulator.calibration.netbench`), and groups
+Each of the last four runs other interpreters (:func:`sarlab.real.calibration.harness.module_command`): a fresh
+process for the memory that an op family adds on first use (:mod:`sarlab.real.calibration.memprobe`), one and then
+``C`` concurrent processes for the efficiency of co-located workers (:mod:`sarlab.real.calibration.sharebench`),
+and two ranks of a process group on 127.0.0.1 for the link (:mod:`sarlab.real.calibration.netbench`), and groups
 of 2 to 8 ranks for the software cost of posting and waiting for messages and of all-reduces
-(:mod:`sarlab.simulator.calibration.commbench`). The last two run over gloo (the default) or another backend
+(:mod:`sarlab.real.calibration.commbench`). The last two run over gloo (the default) or another backend
 (``backend="ccl"``: :mod:`sarlab.kernels.ccl`).
 """
 
@@ -21,10 +21,10 @@ import numpy as np
 import torch
 
 from sarlab.core.memory import rss_bytes
+from sarlab.real.calibration.harness import ROOT, free_port, module_command, module_env
+from sarlab.real.calibration.sharebench import GAP_S
 from sarlab.simulator.calibration.calibration import Calibration, Findings
 from sarlab.simulator.calibration.fitting import fit_link, fit_message_costs, pair_share_etas
-from sarlab.simulator.calibration.harness import ROOT, free_port, module_command, module_env
-from sarlab.simulator.calibration.sharebench import GAP_S
 from sarlab.simulator.hardware.profile import Link
 
 #: all-reduce sizes commbench times beside the messages (bytes): the engine's 8-byte loss, a BatchNorm's few KB,
@@ -52,7 +52,7 @@ def bench_allocator(found: Findings) -> float:
 
 def bench_first_use(found: Findings) -> tuple[dict[str, float], dict[str, float]]:
     """Resident bytes per op family on first use, and the sparse products' temporaries, from a fresh
-    process (:mod:`sarlab.simulator.calibration.memprobe`)."""
+    process (:mod:`sarlab.real.calibration.memprobe`)."""
     out = subprocess.run(
         module_command("memprobe"),
         capture_output=True,
@@ -89,7 +89,7 @@ def _communicate(procs: list[subprocess.Popen], what: str, timeout: float) -> li
 
 
 def bench_share(cal: Calibration, found: Findings, cores: int) -> dict[str, float]:
-    r"""``share_eff`` per family from one :mod:`sarlab.simulator.calibration.sharebench` group of ``cores``
+    r"""``share_eff`` per family from one :mod:`sarlab.real.calibration.sharebench` group of ``cores``
     processes: a lead that runs in every window, the others in each pair's co-located window only.
 
     With the lead's rates ``r_1`` (alone) and ``r_C`` (beside ``C - 1`` copies) in two adjacent windows, ``C``
@@ -126,7 +126,7 @@ def bench_share(cal: Calibration, found: Findings, cores: int) -> dict[str, floa
 
 def bench_network(cal: Calibration, found: Findings, backend: str = "gloo", local_world: int = 2,
                   raw_key: str = "network") -> tuple[Link, float, float]:
-    """Point-to-point between two local processes over ``backend`` (:mod:`sarlab.simulator.calibration.netbench`):
+    """Point-to-point between two local processes over ``backend`` (:mod:`sarlab.real.calibration.netbench`):
     (link, post time, CPU seconds per byte sent or received); the link is
     :func:`sarlab.simulator.calibration.fitting.fit_link` of the timings. ``local_world``: how many ranks the
     processes are told their host launches (``LOCAL_WORLD_SIZE``; more than the cores measures a backend as the
@@ -158,7 +158,7 @@ def bench_network(cal: Calibration, found: Findings, backend: str = "gloo", loca
 
 def launch_commbench(world: int, repeats: int, sizes: list[int], timeout: float = 300.0, backend: str = "gloo",
                      allreduce_sizes: tuple[int, ...] = ()) -> dict:
-    """One :mod:`sarlab.simulator.calibration.commbench` group of ``world`` ranks of ``backend`` on 127.0.0.1; rank 0's
+    """One :mod:`sarlab.real.calibration.commbench` group of ``world`` ranks of ``backend`` on 127.0.0.1; rank 0's
     result."""
     cmd = module_command("commbench", "--world", str(world), "--port", str(free_port()), "--repeats", str(repeats),
                          "--sizes", ",".join(map(str, sizes)), "--backend", backend,
@@ -180,7 +180,7 @@ def message_worlds(cal: Calibration) -> tuple[int, ...]:
 def bench_messages(cal: Calibration, found: Findings, worlds: tuple[int, ...] | None = None,
                    rounds: int = 3, backend: str = "gloo") -> dict[str, float]:
     """Software costs of posting and waiting for ``backend`` messages, and of its all-reduces
-    (:func:`sarlab.simulator.calibration.fitting.fit_message_costs`) from :mod:`sarlab.simulator.calibration.commbench`
+    (:func:`sarlab.simulator.calibration.fitting.fit_message_costs`) from :mod:`sarlab.real.calibration.commbench`
     groups of every size in ``worlds``, the sizes alternating over ``rounds`` rounds (forward, then backward) so that
     drift of a shared machine spreads over all of them."""
     sizes = [256] if cal.quick else [256, 16384, 262144, 2097152]

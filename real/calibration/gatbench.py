@@ -21,10 +21,10 @@ import torch
 from sarlab import kernels
 from sarlab.core.shards import Shard
 from sarlab.nn.gat import AttentionAggregation
+from sarlab.real.calibration.harness import time_call
+from sarlab.real.calibration.opbench import parallel_eff, random_shard
 from sarlab.simulator.calibration.calibration import Calibration, Findings
 from sarlab.simulator.calibration.fitting import fit_op
-from sarlab.simulator.calibration.harness import time_call
-from sarlab.simulator.calibration.opbench import parallel_eff, random_shard
 from sarlab.simulator.hardware.profile import OpCost
 
 SLOPE = 0.2

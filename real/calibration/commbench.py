@@ -1,5 +1,5 @@
 """Message costs as the engine pays them, on ``world`` ranks over 127.0.0.1 (``python -m
-sarlab.simulator.calibration.commbench``), over gloo or ``--backend ccl`` (oneCCL, :mod:`sarlab.kernels.ccl`).
+sarlab.real.calibration.commbench``), over gloo or ``--backend ccl`` (oneCCL, :mod:`sarlab.kernels.ccl`).
 
 Each rank posts its messages the engine's way (``dist.batch_isend_irecv`` of ``P2POp`` lists, then ``wait`` on
 every work) in two patterns, for several message sizes, alternating patterns and sizes within every repeat so
@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 from sarlab.core.memory import tune_malloc
-from sarlab.simulator.calibration.harness import BENCH_BACKENDS, join_group
+from sarlab.real.calibration.harness import BENCH_BACKENDS, join_group
 
 
 def _timed_exchange(ops: list[dist.P2POp]) -> tuple[float, float]:

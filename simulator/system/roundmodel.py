@@ -1,4 +1,4 @@
-"""The exchange patterns of :mod:`sarlab.executor.calibration.roundbench` and what the simulator's round model predicts
+"""The exchange patterns of :mod:`sarlab.real.calibration.roundbench` and what the simulator's round model predicts
 for them.
 
 A pass of ``N`` ranks with no tensor work: ``ring:D`` (``N - 1`` pairwise rounds, ``D + 1`` in flight, as
@@ -8,7 +8,7 @@ A pass of ``N`` ranks with no tensor work: ``ring:D`` (``N - 1`` pairwise rounds
 the simulator's own booking (:class:`sarlab.simulator.network.network.Network`,
 :class:`sarlab.simulator.system.clock.WorkerClocks`) with a profile's measured message software and its
 ``round_sync="global"`` rule, so a ``roundbench`` measurement reads against the model in one table
-(:func:`sarlab.executor.calibration.roundbench.table_lines`). No new constants: the link is a link profile's or the
+(:func:`sarlab.real.calibration.roundbench.table_lines`). No new constants: the link is a link profile's or the
 profile's, the software the profile's ``p2p_*`` costs.
 """
 

@@ -43,11 +43,11 @@ from sarlab.core.aggregate import run_aggregation
 from sarlab.core.comm import Comm
 from sarlab.core.config import SamplingConfig
 from sarlab.core.shards import Shard, ShardedGraph, ShardIndex
-from sarlab.core.train import TrainConfig, Trainer
 from sarlab.data.partition import Partition
 from sarlab.data.validate_data import InputError, check_int
 from sarlab.nn.model import ModelConfig
 from sarlab.strategies.sampling import DistSampler, FeatureFetch, GraphStore, Level, key_of, node_keys, segments
+from sarlab.training.trainer import TrainConfig, Trainer
 
 #: key of the per-epoch shuffle of the training nodes (layers use their number, 0..L-1)
 _SHUFFLE = 1 << 20
@@ -256,7 +256,7 @@ def sample_round(sampler: DistSampler, ids: IdSpace, seed_rows: torch.Tensor, fa
 
 
 class MiniBatchTrainer(Trainer):
-    """A :class:`~sarlab.core.train.Trainer` whose epoch is mini-batch steps with neighbour sampling.
+    """A :class:`~sarlab.training.trainer.Trainer` whose epoch is mini-batch steps with neighbour sampling.
 
     The exact engine's graph (``graph``) serves the all-reduces and the full-graph evaluation; the sampler talks
     over a process group of its own. Every worker builds its trainer at the same time.

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from sarlab.core.records import RECORD_COLUMNS, summarize
+from sarlab.common.records import RECORD_COLUMNS, summarize
 from sarlab.simulator.hardware.profile import Profile
 from sarlab.simulator.network.linkprofile import LinkProfile, for_network
 from sarlab.simulator.system.epoch import simulate_epoch
@@ -23,7 +23,7 @@ from sarlab.simulator.workload.workload import PartitionStats, resolve_workload
 
 #: the configuration columns a sweep varies: one summary row per combination (:func:`summarize_sweep`)
 SWEEP_KEYS = ("graph", "model", "aggr", "fused", "heads", "mode", "workers", "prefetch")
-#: the :func:`sarlab.core.records.summarize` columns that one simulated epoch per rank gives a meaning to
+#: the :func:`sarlab.common.records.summarize` columns that one simulated epoch per rank gives a meaning to
 SUMMARY_COLUMNS = ("epoch_time_s", "compute_mean_s", "comm_wait_mean_s", "bytes_sent_per_worker",
                    "peak_mem_above_baseline_bytes")
 
@@ -177,7 +177,7 @@ def simulate_sweep(
 
 
 def summarize_sweep(records: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration of a sweep: :func:`sarlab.core.records.summarize` over :data:`SWEEP_KEYS`, its
+    """One row per configuration of a sweep: :func:`sarlab.common.records.summarize` over :data:`SWEEP_KEYS`, its
     :data:`SUMMARY_COLUMNS` (slowest rank's epoch time; mean compute, wait and bytes sent over ranks;
     largest peak above the baseline)."""
     summary = summarize(records, keys=SWEEP_KEYS)

@@ -1,5 +1,5 @@
 """Two-process point-to-point benchmark on 127.0.0.1 over gloo or ``--backend ccl`` (run as ``python -m
-sarlab.simulator.calibration.netbench``).
+sarlab.real.calibration.netbench``).
 
 Rank 0 prints one JSON line: one-way times of a ping-pong per size, the time per message of a stream of
 back-to-back small messages, the CPU time of posting one isend/irecv pair, and the process CPU seconds per
@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from sarlab.core.memory import tune_malloc
-from sarlab.simulator.calibration.harness import BENCH_BACKENDS, join_group
+from sarlab.real.calibration.harness import BENCH_BACKENDS, join_group
 
 
 def run(rank: int, port: int, sizes: list[int], repeats: int, stream: int, bulk: int = 64 << 20,

@@ -26,6 +26,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pandas is imported where a summary is made: the workers import the columns without it
     import pandas as pd
 
+#: the ``backend`` column's values: the torch.distributed backends the engine knows
+BACKENDS = ("gloo", "nccl", "ccl", "mpi")
+
 #: what every worker measures, once per (rank, epoch)
 METRIC_COLUMNS = ("mode", "model", "workers", "rank", "epoch", "epoch_time_s", "compute_s", "comm_wait_s",
                   "bytes_sent", "bytes_recv", "peak_mem_bytes", "baseline_mem_bytes", "loss", "train_acc",

@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from sarlab.common.records import METRIC_COLUMNS
 from sarlab.core import memory
-from sarlab.core.records import METRIC_COLUMNS
 from sarlab.data.partition import Partition
 from sarlab.data.validate_data import InputError, check_int, check_real
 from sarlab.nn.model import GNN, ModelConfig
@@ -22,7 +22,7 @@ LR_SCHEDULES = ("constant", "cosine")
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
-#: what every worker measures per (rank, epoch) (the metric columns of sarlab.core.records, the one list of them)
+#: what every worker measures per (rank, epoch) (the metric columns of sarlab.common.records, the one list of them)
 RECORD_COLUMNS = METRIC_COLUMNS
 
 
