@@ -21,4 +21,4 @@ def cache_dir(*parts: str) -> Path:
 def package_parent() -> Path:
     """The directory that holds the ``sarlab`` package (a checkout's root, or site-packages): what a child
     process needs on ``PYTHONPATH`` to import the same sarlab."""
-    return Path(__file__).resolve().parent.parent
+    return Path(__file__).resolve().parents[2]  # sarlab/common/paths.py -> the folder holding sarlab/
