@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 import os
 import shutil
 import tempfile
@@ -28,6 +29,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from sarlab.common.log import progress_sink, shown
 from sarlab.core.config import EngineConfig, SamplingConfig
 from sarlab.data.convert import to_graph
 from sarlab.data.graphs import Graph, load_graph
@@ -42,6 +44,8 @@ from sarlab.real.launch.prepare import prepare_partition, progress
 from sarlab.real.launch.worker import run_from_env
 from sarlab.training import checkpoint
 from sarlab.training.trainer import DTYPES, TrainConfig
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -106,7 +110,7 @@ def _world(workers: int | None) -> int:
 
 
 def _partition(graph: str | Graph | object, world: int, method: str, seed: int, partition_dir: str | None,
-               force: bool, log) -> tuple[str, str | None]:
+               force: bool, log, cache: bool = True) -> tuple[str, str | None]:
     """A partition directory of ``graph`` (a spec, a partition directory, a :class:`Graph`, a PyG ``Data`` or a
     networkx graph) into ``world`` parts; returns (directory, temporary directory to delete afterwards or None)."""
     if under_torchrun() and not (isinstance(graph, str) and is_partition_dir(graph)):
@@ -125,7 +129,7 @@ def _partition(graph: str | Graph | object, world: int, method: str, seed: int, 
         return out_dir, tmp
     if os.path.isdir(graph) and not is_partition_dir(graph):
         raise InputError(f"{graph!r} is a directory without manifest.json; not a partition directory")
-    pdir, tmp = prepare_partition(graph, world, method, seed, partition_dir, force)
+    pdir, tmp = prepare_partition(graph, world, method, seed, partition_dir, force, cache=cache, say=log)
     parts = load_manifest(pdir)["num_parts"]
     if under_torchrun() and parts != world:  # (a local launch says so with the launcher's own message)
         raise InputError(f"the partition {pdir!r} has {parts} parts but torchrun started {world} processes")
@@ -174,7 +178,8 @@ def run(graph: str | Graph | object, *, workers: int | None = None, model: Model
         memory: str = "live", label: str = "", quiet: bool = True, fault: Fault | None = None,
         checkpoint_dir: str | None = None, checkpoint_every: int = 0, resume_dir: str | None = None,
         save_model: str | None = None, predict_path: str | None = None,
-        on_partition: Callable[[str], None] | None = None, log: Callable[[str], None] = progress) -> RunResult:
+        on_partition: Callable[[str], None] | None = None,
+        log: Callable[[str], None] | logging.Logger | None = None, cache: bool = True) -> RunResult:
     """Train a model on ``graph`` across ``workers`` processes; the Python form of ``sarlab train``.
 
     Args:
@@ -193,12 +198,30 @@ def run(graph: str | Graph | object, *, workers: int | None = None, model: Model
         force: replace an existing sarlab partition / model / predictions file of the same kind.
         backend, timeout_s, threads, port, memory: as ``sarlab train``'s ``--backend --timeout --threads --port
             --memory``; ``run_timeout_s`` bounds the whole run.
-        label, quiet, fault: free text in every record; no per-epoch progress; an injected failure (tests).
+        label, fault: free text in every record; an injected failure (tests).
+        quiet: no progress lines (per epoch, partitioning, kernels) on stderr, only warnings; False shows them
+            (on stderr unless logging is configured to send sarlab's lines elsewhere).
         checkpoint_dir, checkpoint_every, resume_dir, save_model, predict_path: as ``--checkpoint
             --checkpoint-every --resume --save-model --predict`` (files written by rank 0).
         on_partition: called with the partition directory before any worker starts (the CLI checks dimensions).
-        log: where progress lines go (default: stderr).
+        log: a callable or a :class:`logging.Logger` that receives this call's progress lines (default: the
+            ``sarlab.real.api`` logger at INFO).
+        cache: reuse the cached partition of a spec string (see :mod:`sarlab.real.launch.prepare`); False
+            partitions again.
     """
+    with shown(quiet):
+        return _run(graph, workers=workers, model=model, model_fn=model_fn, train=train, epochs=epochs, engine=engine,
+                    sampling=sampling, net=net, predict=predict, method=method, partition_dir=partition_dir,
+                    force=force, backend=backend, timeout_s=timeout_s, run_timeout_s=run_timeout_s, threads=threads,
+                    port=port, memory=memory, label=label, quiet=quiet, fault=fault, checkpoint_dir=checkpoint_dir,
+                    checkpoint_every=checkpoint_every, resume_dir=resume_dir, save_model=save_model,
+                    predict_path=predict_path, on_partition=on_partition, log=progress_sink(log, _log), cache=cache)
+
+
+def _run(graph, *, workers, model, model_fn, train, epochs, engine, sampling, net, predict, method, partition_dir,
+         force, backend, timeout_s, run_timeout_s, threads, port, memory, label, quiet, fault, checkpoint_dir,
+         checkpoint_every, resume_dir, save_model, predict_path, on_partition, log, cache) -> RunResult:
+    """:func:`run` with ``log`` a callable."""
     cfg = _model_config(model)
     train = train or TrainConfig()
     if epochs is not None:
@@ -216,7 +239,7 @@ def run(graph: str | Graph | object, *, workers: int | None = None, model: Model
     resume_dir, tmp = plan.resume_dir, None
     outdir = tempfile.mkdtemp(prefix=f"sarlab-run-{os.getpid()}-out-")  # swept like a run directory
     try:
-        pdir, tmp = _partition(graph, world, method, cfg.seed, partition_dir, force, log)
+        pdir, tmp = _partition(graph, world, method, cfg.seed, partition_dir, force, log, cache)
         manifest = load_manifest(pdir)
         if on_partition is not None:
             on_partition(pdir)

@@ -8,6 +8,7 @@ matplotlib), which ``sarlab --help`` and the lighter commands need not pay.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 #: command -> (module with ``main(argv)``, attribute, one line of help)
@@ -17,7 +18,7 @@ COMMANDS = {
     "verify": ("sarlab.real.commands.verify", "main", "compare distributed outputs/gradients with a PyG reference"),
     "bench": ("sarlab.real.commands.cli", "bench_main", "benchmarks: engine, kernels, strategies, speed, network "
                                                             "(`sarlab bench`)"),
-    "calibrate": ("sarlab.real.commands.simulate_cmd", "calibrate_main", "measure this machine's cost profile for "
+    "calibrate": ("sarlab.real.commands.calibrate_cmd", "calibrate_main", "measure this machine's cost profile for "
                                                                              "the simulator"),
     "simulate": ("sarlab.real.commands.simulate_cmd", "simulate_main", "predict epoch time and peak memory (SimPy "
                                                                            "model)"),
@@ -30,7 +31,14 @@ COMMANDS = {
     "netbench": ("sarlab.real.bench.netbench", "main", "measure the links of an emulated cluster network (--net "
                                                            "veth:...)"),
     "demo": ("sarlab.real.commands.demo", "main", "4 workers, GraphSAGE in sar and oneshot on a built-in graph"),
+    "build-kernels": ("sarlab.kernels.build", "main", "compile the C++ kernels now (else the first run builds them "
+                                                      "in the background)"),
 }
+#: options every command takes, before or after its name: -q (warnings only), -v (debug lines too)
+VERBOSITY_FLAGS = {"-q": -1, "--quiet": -1, "-v": 1, "--verbose": 1}
+COMMON_HELP = ("common options (any command, before or after its name):\n"
+               "  -q, --quiet    warnings and results only (no progress lines)\n"
+               "  -v, --verbose  debug lines too")
 BENCHES = {"engine": "sarlab.real.bench.bench", "kernels": "sarlab.real.bench.kernel_bench",
            "strategies": "sarlab.real.bench.strategies",
            "speed": "sarlab.real.bench.engine_speed", "network": "sarlab.real.bench.network_scaling"}
@@ -42,7 +50,21 @@ def usage() -> str:
              "Distributed full-batch GNN training with Sequential Aggregation and Rematerialization (SAR).", "",
              "commands:"]
     lines += [f"  {name:<{width}}  {help_}" for name, (_, _, help_) in COMMANDS.items()]
-    return "\n".join(lines)
+    return "\n".join([*lines, "", COMMON_HELP])
+
+
+def split_verbosity(argv: list[str]) -> tuple[int, list[str]]:
+    """(verbosity, the other arguments): -q/--quiet and -v/--verbose taken out wherever they stand (before ``--``);
+    the last one given wins."""
+    verbosity, rest = 0, []
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            return verbosity, rest + argv[i:]
+        if arg in VERBOSITY_FLAGS:
+            verbosity = VERBOSITY_FLAGS[arg]
+        else:
+            rest.append(arg)
+    return verbosity, rest
 
 
 def bench_main(argv: list[str]) -> int:
@@ -54,7 +76,7 @@ def bench_main(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    verbosity, argv = split_verbosity(list(sys.argv[1:] if argv is None else argv))
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
         return 0 if argv else 2
@@ -66,8 +88,29 @@ def main(argv: list[str] | None = None) -> int:
     if argv[0] not in COMMANDS:
         print(f"sarlab: unknown command {argv[0]!r}\n\n{usage()}", file=sys.stderr)
         return 2
+    from sarlab.common import log
+
+    before = os.environ.get(log.ENV_VAR)
+    log.configure(verbosity)
+    try:
+        return _run_command(argv)
+    finally:  # an in-process caller (tests, a notebook) keeps the verbosity it had
+        if before is None:
+            os.environ.pop(log.ENV_VAR, None)
+        else:
+            os.environ[log.ENV_VAR] = before
+
+
+def _run_command(argv: list[str]) -> int:
+    """Run ``argv[0]``'s command on the rest, turning the errors a user can cause into one line on stderr."""
     module, attribute, _ = COMMANDS[argv[0]]
     command = getattr(importlib.import_module(module), attribute)
+    if "-h" in argv[1:] or "--help" in argv[1:]:
+        try:
+            return command(argv[1:])
+        except SystemExit as done:  # argparse printed the command's help: add the options every command takes
+            print(f"\n{COMMON_HELP}")
+            raise done
     from sarlab.data.partition import PartitionError  # the errors a user can cause (the engine is loaded by now)
     from sarlab.data.validate_data import InputError
     from sarlab.real.launch.launcher import LaunchError, WorkerError

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from sarlab.common.log import is_quiet
 from sarlab.common.records import describe
 from sarlab.core.comm import check_backend
 from sarlab.data.partition import load_manifest
@@ -54,7 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-every", type=int, default=1, help="evaluate every K epochs (0: never)")
     p.add_argument("--threads", type=int, default=0, help="threads per worker (0: cores // workers)")
     p.add_argument("--method", default="metis", choices=["metis", "random"], help="partitioning method")
-    p.add_argument("--partition-dir", help="keep the partition here (default: a temporary directory)")
+    p.add_argument("--partition-dir", help="keep the partition here (default: a graph spec's partition is cached in "
+                                           "sarlab's cache directory and reused by the next run)")
+    p.add_argument("--no-cache", action="store_true", help="partition a graph spec again instead of reusing the "
+                                                           "cached partition (and do not cache it)")
     p.add_argument("--force", action="store_true",
                    help="replace an existing sarlab partition/checkpoint/model/predictions file of the same kind "
                         "(over a checkpoint: start afresh), and run although the memory estimate exceeds what is "
@@ -123,9 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     result = api.run(a.graph, workers=None if api.under_torchrun() else a.workers, model=model_config(a),
                      train=train_cfg, engine=engine, sampling=sampling, net=a.net, method=a.method,
                      partition_dir=a.partition_dir, force=a.force, backend=a.backend, timeout_s=a.timeout,
-                     threads=a.threads, port=a.port, memory=a.memory, quiet=False, fault=fault,
+                     threads=a.threads, port=a.port, memory=a.memory, quiet=is_quiet(), fault=fault,
                      checkpoint_dir=a.checkpoint, checkpoint_every=a.checkpoint_every, resume_dir=a.resume,
-                     save_model=a.save_model, predict_path=a.predict, on_partition=on_partition)
+                     save_model=a.save_model, predict_path=a.predict, on_partition=on_partition,
+                     cache=not a.no_cache)
     if os.environ.get("RANK", "0") == "0":  # under torchrun every rank has the records: rank 0 reports them
         records = result.records.to_dict("records")
         if records:

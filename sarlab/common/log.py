@@ -1,0 +1,139 @@
+"""sarlab's logging: one :mod:`logging` logger per module under ``sarlab`` and the one place that configures them.
+
+Library code writes ``log = logging.getLogger(__name__)`` and ``log.info(...)`` for progress (never ``print``);
+results a command exists to show stay on stdout in the command modules. :func:`configure` is called by the command
+line (``-q`` quiet: warnings only, default: progress at INFO, ``-v``: DEBUG too) and puts one stderr handler on the
+``sarlab`` logger; it also exports the verbosity in ``$SARLAB_VERBOSITY`` so the worker processes a run starts log
+at the same level (:func:`configure_from_env`). Without :func:`configure` (a script, a notebook) sarlab adds no
+handler: Python's defaults apply (warnings on stderr, INFO dropped) unless the caller configured logging, or a call
+asks for its progress (``sarlab.run(quiet=False)`` or ``log=``, see :func:`progress_sink`).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import TextIO
+
+ROOT = "sarlab"
+ENV_VAR = "SARLAB_VERBOSITY"
+QUIET, NORMAL, VERBOSE = -1, 0, 1
+
+
+class _Format(logging.Formatter):
+    """Progress as the bare line; warnings and errors prefixed with their level; DEBUG with the logger's name."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if record.exc_info:
+            message += "\n" + self.formatException(record.exc_info)
+        if record.levelno >= logging.WARNING:
+            return f"{record.levelname.lower()}: {message}"
+        if record.levelno < logging.INFO:
+            return f"[{record.name}] {message}"
+        return message
+
+
+class _Handler(logging.StreamHandler):
+    """sarlab's stderr handler (a class of its own, so :func:`configure` replaces only its own)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        super().__init__(stream)
+        self.setFormatter(_Format())
+
+    @property
+    def stream(self) -> TextIO:  # sys.stderr as it is when a line is written (pytest and notebooks swap it)
+        return self._stream if self._stream is not None else sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO | None) -> None:
+        self._stream = value
+
+
+def level_for(verbosity: int) -> int:
+    """The logging level of a verbosity: -1 (``-q``) WARNING, 0 INFO, 1 or more (``-v``) DEBUG."""
+    if verbosity <= QUIET:
+        return logging.WARNING
+    return logging.INFO if verbosity == NORMAL else logging.DEBUG
+
+
+def configure(verbosity: int = NORMAL, stream: TextIO | None = None) -> logging.Logger:
+    """Send the ``sarlab`` loggers' records at the verbosity's level to stderr (or ``stream``), once.
+
+    Replaces the handler an earlier call installed; exports ``$SARLAB_VERBOSITY`` for worker processes.
+
+    Args:
+        verbosity: -1 quiet (warnings only), 0 progress (INFO), 1 debug.
+        stream: where lines go (default: ``sys.stderr`` at the time of each line).
+    """
+    logger = logging.getLogger(ROOT)
+    for handler in [h for h in logger.handlers if isinstance(h, _Handler)]:
+        logger.removeHandler(handler)
+    logger.addHandler(_Handler(stream))
+    logger.setLevel(level_for(verbosity))
+    logger.propagate = False  # one copy of each line, whatever the root logger does
+    os.environ[ENV_VAR] = str(verbosity)
+    return logger
+
+
+def configure_from_env(rank: int = 0) -> None:
+    """In a worker process: log as the process that started it configured (``$SARLAB_VERBOSITY``), ranks other
+    than 0 one step quieter (their progress repeats rank 0's). Nothing happens when it is unset."""
+    value = os.environ.get(ENV_VAR)
+    if value is None:
+        return
+    try:
+        verbosity = int(value)
+    except ValueError:
+        return
+    configure(verbosity - (rank != 0 and verbosity <= NORMAL))
+
+
+def verbosity() -> int:
+    """The verbosity :func:`configure` set in this process (or a parent), NORMAL when none did."""
+    try:
+        return int(os.environ.get(ENV_VAR, NORMAL))
+    except ValueError:
+        return NORMAL
+
+
+def is_quiet() -> bool:
+    """Whether the command line asked for warnings only (``-q``)."""
+    return verbosity() <= QUIET
+
+
+def progress_sink(log: Callable[[str], None] | logging.Logger | None,
+                  default: logging.Logger) -> Callable[[str], None]:
+    """A callable for progress lines: ``log`` itself, ``log.info`` for a Logger, else ``default.info``."""
+    if log is None:
+        return default.info
+    if isinstance(log, logging.Logger):
+        return log.info
+    if not callable(log):
+        raise TypeError(f"log must be a callable taking one line or a logging.Logger, got {type(log).__name__}")
+    return log
+
+
+@contextlib.contextmanager
+def shown(quiet: bool) -> Iterator[None]:
+    """While the block runs, show sarlab's INFO lines on stderr when ``quiet`` is False and nothing else shows
+    them (no handler on the ``sarlab`` loggers or the root); with ``quiet`` True, hold the ``sarlab`` loggers at
+    WARNING unless the caller configured a level of their own."""
+    logger = logging.getLogger(ROOT)
+    handler = None
+    before = logger.level
+    if not quiet and not logger.hasHandlers():
+        handler = _Handler()
+        logger.addHandler(handler)
+        if logger.getEffectiveLevel() > logging.INFO:
+            logger.setLevel(logging.INFO)
+    elif quiet and logger.level == logging.NOTSET:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        if handler is not None:
+            logger.removeHandler(handler)
+        logger.setLevel(before)
