@@ -7,7 +7,10 @@ shard by shard.
 Their benchmark against PyG and DGL lives in ``sarlab.real.bench.kernel_bench``; this package depends on torch only.
 
 Backend choice: the ``backend=`` argument of each op, else ``$SARLAB_KERNELS`` (cpp | torch | auto;
-default auto = cpp when the extension builds and loads, torch otherwise with a one-line warning).
+default auto = cpp when the extension is built and loads, torch otherwise: while it is being built in the
+background, silently; when it cannot be built, with a one-line warning).
+A process that finds no build starts one in the background and runs on torch (``$SARLAB_KERNEL_BUILD``:
+background | foreground | off); ``sarlab build-kernels`` (``python -m sarlab.kernels.build``) builds ahead.
 The extension is JIT-built with ninja for this CPU under ``kernels/`` in sarlab's cache directory
 (:mod:`sarlab.kernels.cache`; ``$SARLAB_KERNEL_BUILD_DIR`` overrides it; see :mod:`sarlab.kernels._loader`).
 The names below load on first use, so :mod:`sarlab.kernels.cache` is importable without torch.
@@ -21,6 +24,7 @@ import importlib
 _LAZY = {
     "alloc": (".alloc", None),
     "build": ("._loader", "build"),
+    "BuildPending": ("._loader", "BuildPending"),
     "build_dir": ("._loader", "build_dir"),
     "extension_error": ("._loader", "extension_error"),
     "Transpose": (".csr", "Transpose"),

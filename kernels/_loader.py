@@ -5,6 +5,16 @@ of the CPU model and its feature flags, so a build directory shared by different
 for another CPU; when that build fails it is built without the flag into ``<build_dir>/portable``.
 ``$SARLAB_KERNEL_ARCH_FLAGS`` replaces ``-march=native`` (empty: the portable build only).
 
+**A first run never waits for the compiler.** With ``$SARLAB_KERNEL_BUILD`` unset or ``background`` (the default),
+a process that finds no build starts one in a detached background process (``python -m sarlab.kernels.build
+--background``, its own session, so it outlives the run; its log in ``build.log`` of the build directory; one at a
+time: it holds ``background.flock``, and a process that finds that lock taken starts none) and runs on the torch
+kernels, which compute the same results; the next process that starts after the build finished loads it.
+``foreground`` compiles in the process that needs the kernels (what ``sarlab build-kernels``, :func:`build` and an
+explicit ``backend='cpp'`` do); ``off`` never compiles (torch until someone runs ``sarlab build-kernels``). A
+background build that failed leaves ``build.failed`` and is not retried until the sources change or someone builds
+in the foreground. Compiling logs its progress (objects done, seconds elapsed) at INFO every ~10 s.
+
 Processes building at once take turns on an ``flock`` of ``build.flock`` in the build directory (released by the
 kernel when a process dies). Torch's own marker of a build in progress (a file ``lock`` that its loader waits on
 forever) is then stale whenever it exists: a process killed while compiling left it; it is removed, with a warning,
@@ -16,8 +26,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import logging
 import os
 import platform
+import subprocess
 import sys
 import threading
 import time
@@ -32,12 +44,23 @@ CSRC_DIR = Path(__file__).resolve().parent / "csrc"
 SOURCES = ("bindings.cpp", "gat.cpp", "csr.cpp", "spmm.cpp", "alloc.cpp")
 NATIVE_FLAGS = "-march=native"
 BACKENDS = ("cpp", "torch")
+BUILD_MODES = ("background", "foreground", "off")
+BUILD_ENV = "SARLAB_KERNEL_BUILD"
+BUILD_AHEAD = "sarlab build-kernels (or python -m sarlab.kernels.build)"
+TICK_S = 10.0
+
+log = logging.getLogger(__name__)
+
+
+class BuildPending(RuntimeError):
+    """The extension is not built yet and this process does not wait for it (it runs the torch kernels)."""
 
 _lock = threading.Lock()
 _ext: ModuleType | None = None
 _ext_error: BaseException | None = None
 _loaded_from: Path | None = None
 _warned = False
+_announced = False
 
 
 def build_dir() -> Path:
@@ -124,6 +147,35 @@ def _build_turn(directory: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _objects_done(directory: Path) -> int:
+    """How many of the extension's translation units have an object file newer than their source."""
+    done = 0
+    for name in SOURCES:
+        obj = directory / (Path(name).stem + ".o")
+        if obj.exists() and obj.stat().st_mtime >= (CSRC_DIR / name).stat().st_mtime:
+            done += 1
+    return done
+
+
+@contextlib.contextmanager
+def _ticking(directory: Path):
+    """Log, every :data:`TICK_S` seconds while the block runs, the seconds elapsed and the objects compiled."""
+    started, stop = time.monotonic(), threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(TICK_S):
+            log.info("sarlab kernels: compiling, %.0f s elapsed, %d of %d translation units done",
+                     time.monotonic() - started, _objects_done(directory), len(SOURCES))
+
+    ticker = threading.Thread(target=tick, name="sarlab-kernels-build-ticker", daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        ticker.join()
+
+
 def _load(arch_flags: list[str], verbose: bool) -> ModuleType:
     global _loaded_from
     from torch.utils.cpp_extension import load
@@ -131,21 +183,25 @@ def _load(arch_flags: list[str], verbose: bool) -> ModuleType:
     directory = variant_dir(arch_flags)
     directory.mkdir(parents=True, exist_ok=True)
     with _build_turn(directory), declared_ninja():
-        started = None if _is_built(directory) else time.monotonic()
-        if started is not None:  # long first-time work says what it is doing
-            print(f"sarlab kernels: compiling the C++ extension into {directory} (first use; a minute or more)",
-                  file=sys.stderr, flush=True)
-        module = load(
-            name=EXTENSION_NAME,
-            sources=[str(CSRC_DIR / name) for name in SOURCES],
-            extra_cflags=["-O3", "-fopenmp", *arch_flags] + os.environ.get("SARLAB_KERNEL_EXTRA_CFLAGS", "").split(),
-            extra_ldflags=["-fopenmp"],
-            extra_include_paths=[str(CSRC_DIR)],
-            build_directory=str(directory),
-            verbose=verbose,
-        )
-        if started is not None:
-            print(f"sarlab kernels: built in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+        compiling = not _is_built(directory)
+        if compiling:  # long first-time work says what it is doing
+            log.info("sarlab kernels: compiling the C++ extension (%d translation units, %s) into %s; progress every "
+                     "%.0f s", len(SOURCES), " ".join(["-O3", *arch_flags]), directory, TICK_S)
+        started = time.monotonic()
+        extra = os.environ.get("SARLAB_KERNEL_EXTRA_CFLAGS", "").split()
+        with _ticking(directory) if compiling else contextlib.nullcontext():
+            module = load(
+                name=EXTENSION_NAME,
+                sources=[str(CSRC_DIR / name) for name in SOURCES],
+                extra_cflags=["-O3", "-fopenmp", *arch_flags, *extra],
+                extra_ldflags=["-fopenmp"],
+                extra_include_paths=[str(CSRC_DIR)],
+                build_directory=str(directory),
+                verbose=verbose,
+            )
+        if compiling:
+            log.info("sarlab kernels: built in %.0f s", time.monotonic() - started)
+        (directory.parent / "build.failed").unlink(missing_ok=True)
     _loaded_from = directory
     return module
 
@@ -157,8 +213,8 @@ def _compile(verbose: bool) -> ModuleType:
         try:
             return _load(arch, verbose)
         except Exception as exc:  # a compiler without -march=native, ...: the portable build must still work
-            if verbose:
-                print(f"sarlab kernels: build with {' '.join(arch)} failed ({exc}); building without it")
+            log.warning("sarlab kernels: build with %s failed (%s); building without it", " ".join(arch),
+                        str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc))
     return _load([], verbose)
 
 
@@ -176,13 +232,91 @@ def build(verbose: bool = False) -> None:
         _ext_error = None
 
 
-def extension() -> ModuleType | None:
-    """The loaded extension, building it on first use; None when it cannot be built or loaded."""
+def build_mode() -> str:
+    """``$SARLAB_KERNEL_BUILD``: background (default), foreground or off (see the module's docstring)."""
+    mode = os.environ.get(BUILD_ENV, "background").strip().lower() or "background"
+    if mode not in BUILD_MODES:
+        raise ValueError(f"{BUILD_ENV}={mode!r}: use one of {', '.join(BUILD_MODES)}")
+    return mode
+
+
+def _built_variant() -> list[str] | None:
+    """The arch flags of a finished build for this CPU (the CPU-specific one first), None when there is none."""
+    arch = _arch_flags()
+    for flags in ([arch] if arch else []) + [[]]:
+        if _is_built(variant_dir(flags)):
+            return flags
+    return None
+
+
+def _failed_marker() -> Path:
+    return build_dir() / "build.failed"
+
+
+def _failed_before() -> bool:
+    """Whether a background build failed on the current sources (``build.failed`` newer than every source)."""
+    marker = _failed_marker()
+    if not marker.exists():
+        return False
+    newest = max((CSRC_DIR / name).stat().st_mtime for name in (*SOURCES, "kernels.h"))
+    return marker.stat().st_mtime >= newest
+
+
+def start_background_build() -> int | None:
+    """Start ``python -m sarlab.kernels.build --background`` detached (own session, output to ``build.log``);
+    its pid, or None when a background build already runs (it holds ``background.flock``, passed to the child)."""
+    root = build_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / "background.flock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None
+        with open(root / "build.log", "w") as out:  # the child keeps the lock until it exits
+            child = subprocess.Popen([sys.executable, "-m", f"{__package__}.build", "--background"],
+                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                     start_new_session=True, pass_fds=(lock.fileno(),))
+    return child.pid
+
+
+def _obtain() -> ModuleType:
+    """The extension: a finished build loaded, else built as :func:`build_mode` says (BuildPending unless built
+    in this process)."""
+    flags = _built_variant()
+    if flags is not None:
+        return _load(flags, verbose=False)
+    mode = build_mode()
+    if mode == "foreground":
+        return _compile(verbose=False)
+    where = build_dir()
+    if mode == "off":
+        raise BuildPending(f"not built, and {BUILD_ENV}=off; build them with {BUILD_AHEAD}")
+    if _failed_before():
+        raise RuntimeError(f"the background build failed (see {where / 'build.log'}); run {BUILD_AHEAD} -v "
+                           "to see why")
+    pid = start_background_build()
+    started = f"started building them in the background (pid {pid})" if pid is not None else \
+        "another process is building them in the background"
+    raise BuildPending(f"not built yet: {started}, log {where / 'build.log'}; this process runs the torch kernels "
+                       f"(same results, slower) and the next run loads the compiled ones; to build ahead: "
+                       f"{BUILD_AHEAD}")
+
+
+def extension(wait: bool = False) -> ModuleType | None:
+    """The loaded extension; None when it cannot be built or loaded, or is still being built (see the module's
+    docstring).
+
+    Args:
+        wait: compile in this process if no build is finished (an explicit ``backend='cpp'``).
+    """
     global _ext, _ext_error
     with _lock:
-        if _ext is None and _ext_error is None:
+        if _ext is None and (_ext_error is None or (wait and isinstance(_ext_error, BuildPending))):
             try:
-                _ext = _compile(verbose=False)
+                _ext = _compile(verbose=False) if wait and _ext_error is not None else _obtain()
+                _ext_error = None
+            except BuildPending as pending:
+                _ext_error = pending
             except Exception as exc:  # compiler missing, headers missing, ...: fall back to torch
                 _ext_error = exc
         return _ext
@@ -194,7 +328,8 @@ def loaded_from() -> Path | None:
 
 
 def extension_error() -> BaseException | None:
-    """Why the extension could not be built or loaded (None if it loaded or was never tried)."""
+    """Why the extension could not be built or loaded (None if it loaded or was never tried); a
+    :class:`BuildPending` while it is being built in the background."""
     return _ext_error
 
 
@@ -210,11 +345,26 @@ def cpp_extension(backend: str | None = None) -> ModuleType | None:
     return _ext
 
 
+def _announce(used: str) -> None:
+    """Say once per process which kernels it runs (INFO)."""
+    global _announced
+    if _announced:
+        return
+    _announced = True
+    if used == "cpp":
+        log.info("sarlab kernels: C++ (OpenMP) extension from %s", _loaded_from)
+    elif isinstance(_ext_error, BuildPending):
+        log.info("sarlab kernels: torch; the C++ kernels are %s", _ext_error)
+    else:
+        log.info("sarlab kernels: torch")
+
+
 def resolve(backend: str | None = None) -> str:
     """Backend to use: the argument, else ``$SARLAB_KERNELS`` (cpp|torch|auto, default auto).
 
-    auto means cpp when the extension builds and loads, else torch with a one-line warning;
-    an explicit cpp raises if the extension is unavailable.
+    auto means cpp when the extension is built (or builds in this process: ``$SARLAB_KERNEL_BUILD``) and loads,
+    else torch: silently while a background build runs, with a one-line warning when the build failed;
+    an explicit cpp builds in this process if needed and raises if the extension is unavailable.
 
     Args:
         backend: 'cpp', 'torch', 'auto' or None.
@@ -224,16 +374,20 @@ def resolve(backend: str | None = None) -> str:
     if choice not in (*BACKENDS, "auto"):
         raise ValueError(f"unknown kernel backend {choice!r}; use one of cpp, torch, auto (SARLAB_KERNELS)")
     if choice == "torch":
+        _announce("torch")
         return "torch"
-    ext = extension()
+    build_mode()  # a misspelt $SARLAB_KERNEL_BUILD is an error, not a reason to fall back
+    ext = extension(wait=choice == "cpp")
     if ext is not None:
+        _announce("cpp")
         return "cpp"
     if choice == "cpp":
         raise RuntimeError(
             f"the C++ kernel extension could not be built ({_ext_error!r}); install a C++ compiler "
             "or use SARLAB_KERNELS=torch"
         )
-    if not _warned:
+    _announce("torch")
+    if not _warned and not isinstance(_ext_error, BuildPending):
         _warned = True
         first_line = str(_ext_error).strip().splitlines()[0] if str(_ext_error).strip() else repr(_ext_error)
         warnings.warn(f"sarlab kernels: C++ extension unavailable ({first_line}); using torch", stacklevel=3)

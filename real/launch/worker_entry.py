@@ -10,10 +10,14 @@ before the work starts.
 from __future__ import annotations
 
 import gc
+import sys
 
 
 def _main() -> None:
     gc.disable()
+    from sarlab.common.log import configure_from_env
+
+    configure_from_env(int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2].isdigit() else 0)  # as the launcher's
     from sarlab.real.launch.worker import main  # the heavy imports, with the collector paused
 
     main()

@@ -119,21 +119,21 @@ def progress_sink(log: Callable[[str], None] | logging.Logger | None,
 @contextlib.contextmanager
 def shown(quiet: bool) -> Iterator[None]:
     """While the block runs, show sarlab's INFO lines on stderr when ``quiet`` is False and nothing else shows
-    them (no handler on the ``sarlab`` loggers or the root); with ``quiet`` True, hold the ``sarlab`` loggers at
-    WARNING unless the caller configured a level of their own."""
+    them (no handler on the ``sarlab`` loggers or the root), in the worker processes started meanwhile too; with
+    ``quiet`` True leave logging as it is (Python's default shows warnings only)."""
     logger = logging.getLogger(ROOT)
-    handler = None
-    before = logger.level
+    handler, before, exported = None, logger.level, ENV_VAR in os.environ
     if not quiet and not logger.hasHandlers():
         handler = _Handler()
         logger.addHandler(handler)
         if logger.getEffectiveLevel() > logging.INFO:
             logger.setLevel(logging.INFO)
-    elif quiet and logger.level == logging.NOTSET:
-        logger.setLevel(logging.WARNING)
+        os.environ.setdefault(ENV_VAR, str(NORMAL))  # the run's worker processes show rank 0's progress too
     try:
         yield
     finally:
         if handler is not None:
             logger.removeHandler(handler)
-        logger.setLevel(before)
+            logger.setLevel(before)
+            if not exported:
+                os.environ.pop(ENV_VAR, None)

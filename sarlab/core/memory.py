@@ -20,10 +20,13 @@ RSS scale (the baseline's RSS plus the live bytes above the baseline's live byte
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import warnings
 
 from sarlab import kernels
+
+_log = logging.getLogger(__name__)
 
 _STATUS = "/proc/self/status"
 METHODS = ("live", "rss")
@@ -84,8 +87,11 @@ def use_method(name: str = "live", cache: bool = True) -> str:
             raise RuntimeError("the counting allocator is installed in this process; rss needs a fresh process")
         return "rss"
     if not kernels.alloc.available():
-        warnings.warn(f"memory method live needs the C++ kernels ({kernels.extension_error()!r}); using rss",
-                      stacklevel=2)
+        if isinstance(kernels.extension_error(), kernels.BuildPending):  # the first run, while they build
+            _log.info("memory measured as RSS: the live method needs the C++ kernels, not built yet")
+        else:
+            warnings.warn(f"memory method live needs the C++ kernels ({kernels.extension_error()!r}); using rss",
+                          stacklevel=2)
         return "rss"
     kernels.alloc.install(cache=cache)
     _LiveScale.offset = rss_bytes() - kernels.alloc.live_bytes()
