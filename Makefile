@@ -71,7 +71,7 @@ test-ccl: $(STAMP)
 # gloo vs ccl side by side: collectives, ring rounds, GCN/SAGE/GAT epochs, on loopback and 1 Gbit/s veth hosts
 # (root for the veth part; ~25 min; into a fresh folder of the cache, not results/)
 bench-backends: $(STAMP)
-	$(PY) -m sarlab.real.bench.backend_bench --out .cache/bench/backends-$$(date +%Y%m%d-%H%M%S)
+	$(PY) -m benchmarks.backend_bench --out .cache/bench/backends-$$(date +%Y%m%d-%H%M%S)
 
 bench-engine: $(STAMP)
 	$(VENV)/bin/sarlab bench engine

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from benchmarks import backend_bench, backend_report
 from sarlab.data.validate_data import InputError
-from sarlab.real.bench import backend_bench, backend_report, bench
+from sarlab.real.bench import bench
 from sarlab.real.bench.bench import build_parser, config_from_args
 
 

@@ -1,9 +1,9 @@
-"""sarlab.real.bench.kernel_roofline: the kernels' times set against the measured roofs, checked by hand."""
+"""benchmarks.kernel_roofline: the kernels' times set against the measured roofs, checked by hand."""
 import pandas as pd
 import pytest
 
-from sarlab.real.bench.kernel_roofline import against_roofs, run_child
-from sarlab.real.bench.kernel_speed import SpeedConfig
+from benchmarks.kernel_roofline import against_roofs, run_child
+from benchmarks.kernel_speed import SpeedConfig
 
 
 def test_against_roofs_by_hand():
@@ -27,7 +27,7 @@ def test_against_roofs_by_hand():
 
 
 def test_roof_child_runs_in_a_fresh_process():
-    """The roof measurements run in a child of this tree (sarlab.real.bench.kernel_speed.run_json_child) and come
+    """The roof measurements run in a child of this tree (benchmarks.ab.run_json_child) and come
     back whole."""
     roofs = run_child(SpeedConfig(nodes=200, edges=2000, channels=4, heads=(2,), timeout_s=300), 2)
     assert roofs["heads"] == 2

@@ -1,4 +1,4 @@
-"""Smoke test of ``python -m sarlab.real.bench.kernel_speed`` (this tree against itself on a tiny graph) and its
+"""Smoke test of ``python -m benchmarks.kernel_speed`` (this tree against itself on a tiny graph) and its
 graph."""
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from sarlab.real.bench.kernel_speed import DEFAULT_OUT, TREE_ROOT, make_graph
+from benchmarks.ab import TREE_ROOT
+from benchmarks.kernel_speed import DEFAULT_OUT, make_graph
 
 
 @pytest.mark.parametrize("graph", ["skewed", "uniform"])
@@ -29,7 +30,7 @@ def test_graph_has_the_edges_asked_for_sorted_within_rows(graph):
 @pytest.mark.timeout(900)
 def test_command_writes_both_engines_and_ratios(tmp_path):
     out = tmp_path / "speed"
-    cmd = [sys.executable, "-m", "sarlab.real.bench.kernel_speed", "--base-root", TREE_ROOT, "--out", str(out),
+    cmd = [sys.executable, "-m", "benchmarks.kernel_speed", "--base-root", TREE_ROOT, "--out", str(out),
            "--nodes", "300",
            "--edges", "3000", "--channels", "4", "--heads", "1,3", "--reps", "2", "--inner", "1"]
     try:

@@ -16,7 +16,7 @@ COMMANDS = {
     "partition": ("sarlab.real.commands.partition_cmd", "main", "partition a graph into parts on disk"),
     "train": ("sarlab.real.commands.train_cmd", "main", "train on N local workers (or as one rank under torchrun)"),
     "verify": ("sarlab.real.commands.verify", "main", "compare distributed outputs/gradients with a PyG reference"),
-    "bench": ("sarlab.real.commands.cli", "bench_main", "benchmarks: engine, kernels, strategies, speed, network "
+    "bench": ("sarlab.real.commands.cli", "bench_main", "benchmarks: engine, kernels, strategies, network "
                                                             "(`sarlab bench`)"),
     "calibrate": ("sarlab.real.commands.calibrate_cmd", "calibrate_main", "measure this machine's cost profile for "
                                                                              "the simulator"),
@@ -40,8 +40,8 @@ COMMON_HELP = ("common options (any command, before or after its name):\n"
                "  -q, --quiet    warnings and results only (no progress lines)\n"
                "  -v, --verbose  debug lines too")
 BENCHES = {"engine": "sarlab.real.bench.bench", "kernels": "sarlab.real.bench.kernel_bench",
-           "strategies": "sarlab.real.bench.strategies",
-           "speed": "sarlab.real.bench.engine_speed", "network": "sarlab.real.bench.network_scaling"}
+           "strategies": "sarlab.real.bench.strategies", "network": "sarlab.real.bench.network_scaling"}
+# A/B drivers against another checkout and measuring campaigns live outside the package: benchmarks/README.md
 
 
 def usage() -> str:
@@ -68,7 +68,7 @@ def split_verbosity(argv: list[str]) -> tuple[int, list[str]]:
 
 
 def bench_main(argv: list[str]) -> int:
-    """``sarlab bench engine|kernels|strategies|speed|network ...``."""
+    """``sarlab bench engine|kernels|strategies|network ...``."""
     if not argv or argv[0] not in BENCHES:
         print(f"usage: sarlab bench {{{','.join(BENCHES)}}} [options]  (sarlab bench engine --help)")
         return 0 if argv and argv[0] in ("-h", "--help") else 2

@@ -1,4 +1,4 @@
-"""Tables and banners every report shares: atomic CSV writes, Markdown tables, side-by-side ratios, and the
+"""Tables and banners every report shares: atomic CSV writes, Markdown tables, and the
 banner text that says whether a number is measured (CPU, cores, date) or simulated (the profile).
 
 Nothing here measures, simulates or draws; :mod:`sarlab.common.figures` draws the figures these banners head.
@@ -28,20 +28,6 @@ def md_table(df: pd.DataFrame) -> str:
     rule = "|" + "---|" * len(df.columns)
     rows = ["| " + " | ".join(str(v) for v in row) + " |" for row in df.itertuples(index=False)]
     return "\n".join([head, rule, *rows])
-
-
-def pair_ratio(runs: pd.DataFrame, column: str) -> pd.Series:
-    """``base / new`` of ``column`` per interleaved pair: the rows of ``engine`` base and new with the same ``rep``
-    (the side-by-side benchmarks' ratio; above 1 means new is faster)."""
-    base = runs[runs.engine == "base"].set_index("rep")[column]
-    new = runs[runs.engine == "new"].set_index("rep")[column]
-    common = base.index.intersection(new.index)
-    return base.loc[common] / new.loc[common]
-
-
-def spread(values: pd.Series) -> str:
-    """``median (min-max)`` of ratios, two decimals."""
-    return f"{values.median():.2f} ({values.min():.2f}-{values.max():.2f})"
 
 
 def epochs_text(epochs: int) -> str:

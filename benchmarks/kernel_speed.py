@@ -11,8 +11,8 @@ min-max over the pairs) for forward, backward and fwd+bwd. The graph: ``nodes`` 
 sorted by (destination, source) as the engine's shards are (``--shuffle-rows``: each row's sources in random
 order).
 
-Run ``python -m sarlab.real.bench.kernel_speed --base-root /tmp/base --out DIR``; writes
-``DIR/kernel_speed.{csv,md}``.
+Run ``python -m benchmarks.kernel_speed --base-root /tmp/base --out DIR`` from the repository root; writes
+``DIR/kernel_speed.{csv,md}``. The scaffold (alternation, children, ratios, report): :mod:`benchmarks.ab`.
 """
 from __future__ import annotations
 
@@ -20,9 +20,7 @@ import argparse
 import importlib.util
 import json
 import os
-import shlex
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, fields
@@ -32,16 +30,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from sarlab.common.machine import cpu_model, load_1min, today, usable_cores
-from sarlab.common.paths import cache_dir, checkout_root, package_parent
-from sarlab.common.tables import md_table, pair_ratio, spread
+from benchmarks import ab
+from sarlab.common.machine import load_1min, usable_cores
+from sarlab.common.paths import cache_dir
 
-TREE_ROOT = str(checkout_root() or package_parent())  # this tree: the folder holding kernels/
 DEFAULT_OUT = str(cache_dir("kernel-speed"))
 ENGINES = ("base", "new")
 PHASES = ("fwd", "bwd", "total")
 # The child: this tree's packages first (for this module), the measured checkout's ``kernels`` loaded by path.
-_CHILD = ("import sys; sys.path[0] = sys.argv[2]; from sarlab.real.bench.kernel_speed import child_main; "
+_CHILD = ("import sys; sys.path[0] = sys.argv[2]; from benchmarks.kernel_speed import child_main; "
           "child_main(sys.argv[1:])")
 
 
@@ -59,7 +56,7 @@ class SpeedConfig:
         timeout_s: bound on one child.
     """
 
-    base_root: str = "/tmp/base"
+    base_root: str = ab.DEFAULT_BASE
     nodes: int = 20_000
     edges: int = 1_000_000
     channels: int = 50
@@ -173,32 +170,20 @@ def child_main(argv: list[str]) -> None:
     print(json.dumps(measure_kernels(load_kernels(root), cfg, int(heads))), flush=True)
 
 
-def run_json_child(args: list[str], root: str, cfg: SpeedConfig) -> dict:
-    """``python args...`` in a fresh process, ``cwd`` at ``root``, ``cfg.threads`` OpenMP/torch threads, the C++
-    kernels, bounded by ``cfg.timeout_s``; returns the JSON object of its last stdout line."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(cfg.threads), "SARLAB_KERNELS": "cpp"}
-    env.pop("PYTHONPATH", None)
-    done = subprocess.run([sys.executable, *args], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=cfg.timeout_s)
-    if done.returncode != 0:
-        raise RuntimeError(f"measurement in {root} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def run_child(cfg: SpeedConfig, root: str, heads: int) -> dict:
-    """One measurement of ``root``'s kernels in a fresh process (:func:`run_json_child`)."""
-    return run_json_child(["-c", _CHILD, os.path.abspath(root), TREE_ROOT, json.dumps(asdict(cfg)), str(heads)],
-                          root, cfg)
+    """One measurement of ``root``'s kernels in a fresh process (:func:`benchmarks.ab.run_json_child`)."""
+    return ab.run_json_child(["-c", _CHILD, os.path.abspath(root), ab.TREE_ROOT, json.dumps(asdict(cfg)), str(heads)],
+                          root, cfg.threads, cfg.timeout_s)
 
 
 def measure(cfg: SpeedConfig, log=print) -> pd.DataFrame:
     """Every (rep, heads) pair of processes, base and new alternating (the first of a pair alternates too)."""
-    roots = {"base": cfg.base_root, "new": TREE_ROOT}
+    roots = {"base": cfg.base_root, "new": ab.TREE_ROOT}
     rows = []
     start = time.perf_counter()
     for rep in range(cfg.reps):
         for heads in cfg.heads:
-            for engine in ENGINES if (rep + heads) % 2 == 0 else ENGINES[::-1]:
+            for engine in ab.alternating(ENGINES, rep + heads):
                 load = load_1min()
                 row = {"engine": engine, "heads": heads, "rep": rep, "load_1min": load,
                        **run_child(cfg, roots[engine], heads)}
@@ -216,14 +201,14 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     for heads, d in runs.groupby("heads"):
         base = d[d.engine == "base"].set_index("rep")
         new = d[d.engine == "new"].set_index("rep")
-        row: dict = {"heads": heads, "pairs": len(pair_ratio(d, "total_cpu_s"))}
+        row: dict = {"heads": heads, "pairs": len(ab.pair_ratio(d, "total_cpu_s"))}
         for phase in PHASES:
             key = f"{phase}_cpu_s"
             row[f"base_{phase}_ms"] = round(base[key].median() * 1e3, 1)
             row[f"new_{phase}_ms"] = round(new[key].median() * 1e3, 1)
         for phase in PHASES:
             key = f"{phase}_cpu_s"
-            row[f"ratio_{phase}"] = spread(pair_ratio(d, key))
+            row[f"ratio_{phase}"] = ab.spread(ab.pair_ratio(d, key))
         sums = [c for c in d.columns if c.startswith("sum_")]
         rel = [(base[c].median() - new[c].median()) / max(abs(base[c].median()), 1e-300) for c in sums]
         row["max_rel_checksum_diff"] = f"{max(abs(r) for r in rel):.1e}" if rel else "n/a"
@@ -238,28 +223,25 @@ def write_outputs(runs: pd.DataFrame, cfg: SpeedConfig, out: str, command: str) 
     runs.to_csv(os.path.join(out, "kernel_speed.csv"), index=False)
     table = summarize(runs)
     order = "shuffled" if cfg.shuffle_rows else "sorted (as the engine's shards)"
-    lines = [f"# Fused GAT kernel speed: this tree vs {cfg.base_root} ({today()})", "",
-             f"Machine: {cpu_model()}, {usable_cores()} usable cores, {cfg.threads} torch thread(s). Graph: "
-             f"{cfg.graph}, {cfg.nodes} rows, {cfg.edges} edges, sources within a row {order}, seed {cfg.seed}; "
-             f"{cfg.channels} channels per head, {cfg.dtype}, slope {cfg.slope}. {cfg.reps} processes per engine "
-             f"and head count, alternating, each the median of {cfg.inner} timed calls after one warm-up.", "",
-             f"Command: `{command}`", "",
-             "CPU milliseconds (`time.process_time`, all threads) per call of `gat_forward_shard` (fwd) and "
-             "`gat_backward_shard` with a precomputed transpose (bwd), medians over processes; `ratio` = base / new "
-             "per interleaved pair: median (min-max), above 1 means this tree is faster. `max_rel_checksum_diff`: "
-             "largest relative difference between the engines' sums of |output| and |gradients|. `load_1min`: the "
-             "1-minute load before each process (min-max).", "",
-             md_table(table), ""]
-    with open(os.path.join(out, "kernel_speed.md"), "w") as f:
-        f.write("\n".join(lines))
+    machine = (f", {usable_cores()} usable cores, {cfg.threads} torch thread(s). Graph: "
+               f"{cfg.graph}, {cfg.nodes} rows, {cfg.edges} edges, sources within a row {order}, seed {cfg.seed}; "
+               f"{cfg.channels} channels per head, {cfg.dtype}, slope {cfg.slope}. {cfg.reps} processes per engine "
+               f"and head count, alternating, each the median of {cfg.inner} timed calls after one warm-up.")
+    reading = ("CPU milliseconds (`time.process_time`, all threads) per call of `gat_forward_shard` (fwd) and "
+               "`gat_backward_shard` with a precomputed transpose (bwd), medians over processes; `ratio` = base / new "
+               "per interleaved pair: median (min-max), above 1 means this tree is faster. `max_rel_checksum_diff`: "
+               "largest relative difference between the engines' sums of |output| and |gradients|. `load_1min`: the "
+               "1-minute load before each process (min-max).")
+    ab.write_report(os.path.join(out, "kernel_speed.md"), f"Fused GAT kernel speed: this tree vs {cfg.base_root}",
+                 machine, table, command, reading)
     return table
 
 
 def build_parser() -> argparse.ArgumentParser:
     d = SpeedConfig()
     p = argparse.ArgumentParser(
-        prog="python -m sarlab.real.bench.kernel_speed", description=__doc__.splitlines()[0])
-    p.add_argument("--base-root", default=d.base_root, help="the other checkout (default %(default)s)")
+        prog="python -m benchmarks.kernel_speed", description=__doc__.splitlines()[0])
+    ab.add_base_root(p, d.base_root)
     for f in fields(SpeedConfig):
         if f.name in ("base_root", "heads", "shuffle_rows"):
             continue
@@ -277,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = SpeedConfig(**values, heads=tuple(int(h) for h in a.heads.split(",") if h))
     if cfg.graph not in ("skewed", "uniform") or cfg.dtype not in ("float32", "float64"):
         raise SystemExit("--graph must be skewed|uniform and --dtype float32|float64")
-    command = "python -m sarlab.real.bench.kernel_speed " + shlex.join(argv if argv is not None else sys.argv[1:])
+    ab.check_base_root(cfg.base_root, "kernels")
+    command = ab.command_line("kernel_speed", argv)
     runs = measure(cfg)
     table = write_outputs(runs, cfg, a.out, command)
     print(table.to_string(index=False))

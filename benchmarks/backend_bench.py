@@ -1,5 +1,5 @@
 """gloo vs ccl side by side, one sitting: collectives, ring rounds and training epochs, on loopback and on
-emulated hosts (``python -m sarlab.real.bench.backend_bench --out DIR``; ``make bench-backends``).
+emulated hosts (``python -m benchmarks.backend_bench --out DIR``; ``make bench-backends``).
 
 For every network of ``--nets`` (default ``loopback`` and ``veth:rate=1gbit``: one emulated host per rank, each
 with a 1 Gbit/s full-duplex link), in this order:
@@ -22,7 +22,7 @@ Writes into DIR (refusing to replace files): ``backends_collectives.csv``, ``bac
 ``backends_epochs.csv`` (every metric record, with ``backend`` and ``net`` columns; the partitions' manifests in
 ``backends_epochs_manifests/``, for ``sarlab simulate --validate``), ``backends_bench.json`` (the
 command, date, CPU, torch, oneCCL version, the load averages before and after every phase), then the tables and the
-plot of :mod:`sarlab.real.bench.backend_report`.
+plot of :mod:`benchmarks.backend_report`.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ import os
 import sys
 import time
 
-from sarlab.real.bench.backend_report import COLL_FILE, EPOCH_FILE, META_FILE, ROUND_FILE, write_report
+from benchmarks.backend_report import COLL_FILE, EPOCH_FILE, META_FILE, ROUND_FILE, write_report
 
 SIZES = [4 << 10 << (2 * i) for i in range(8)]  # 4 KiB .. 64 MiB
 BACKENDS = ("gloo", "ccl")
@@ -138,7 +138,7 @@ def rounds(net: str, reps: int, world: int, nbytes: int, timeout_s: float) -> li
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m sarlab.real.bench.backend_bench",
+    p = argparse.ArgumentParser(prog="python -m benchmarks.backend_bench",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help="output directory (created; existing result files are not replaced)")
     p.add_argument("--nets", default=",".join(NETS), help="semicolon-free comma list of networks: loopback, "

@@ -10,7 +10,8 @@ median over the epochs after the first), the peak memory per worker above its ba
 measured epochs), the CPU seconds of all its processes (``getrusage`` of the waited-for children: set-up
 included) and the 1-minute load before it. Speed-ups are ``base / new`` per interleaved pair of runs.
 
-Run ``python -m sarlab.real.bench.engine_speed --help``; outputs ``<out>/engine_speed.{csv,md,png}``.
+Run ``python -m benchmarks.engine_speed --help`` from the repository root; outputs
+``<out>/engine_speed.{csv,md,png}``. The scaffold (ratios, report): :mod:`benchmarks.ab`.
 """
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ import argparse
 import json
 import os
 import resource
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from sarlab.common.machine import cpu_model, load_1min, today, usable_cores
+from benchmarks import ab
+from sarlab.common.machine import load_1min, usable_cores
 from sarlab.common.paths import cache_dir
-from sarlab.common.tables import md_table, pair_ratio, spread
 from sarlab.core.config import EngineConfig
 from sarlab.nn.model import ModelConfig
 from sarlab.real.bench.bench import EngineBenchConfig, cached_partition
@@ -57,7 +57,7 @@ class SpeedConfig:
         timeout_s: bound on one run.
     """
 
-    base_root: str = "/tmp/base"
+    base_root: str = ab.DEFAULT_BASE
     nodes: int = 30_000
     degree: int = 30
     features: int = 64
@@ -166,7 +166,7 @@ def pair_ratios(runs: pd.DataFrame) -> pd.DataFrame:
         base = d[d.engine == "base"].set_index("rep")
         new = d[d.engine == "new"].set_index("rep")
         rss = d[d.engine == "new-rss"].set_index("rep")
-        speed, cpu = pair_ratio(d, "epoch_time_s"), pair_ratio(d, "cpu_s")
+        speed, cpu = ab.pair_ratio(d, "epoch_time_s"), ab.pair_ratio(d, "cpu_s")
         row = {"config": spec, "pairs": len(speed),
                "base_epoch_s": base.epoch_time_s.median(), "new_epoch_s": new.epoch_time_s.median(),
                "speedup_median": speed.median(), "speedup_min": speed.min(), "speedup_max": speed.max(),
@@ -183,15 +183,12 @@ def pair_ratios(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def write_outputs(runs: pd.DataFrame, cfg: SpeedConfig, out: str, command: str) -> pd.DataFrame:
-    """``engine_speed.csv`` (every run), ``engine_speed.md`` (ratios with spread) and ``engine_speed.png``."""
+def plot_ratios(rat: pd.DataFrame, path: str) -> None:
+    """Epoch-time and CPU speed-ups per configuration (median bar, min-max whiskers) against the targets."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    os.makedirs(out, exist_ok=True)
-    runs.to_csv(os.path.join(out, "engine_speed.csv"), index=False)
-    rat = pair_ratios(runs)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     x = range(len(rat))
     for ax, key, title in ((axes[0], "speedup", "epoch time base / new"), (axes[1], "cpu_speedup",
@@ -206,41 +203,49 @@ def write_outputs(runs: pd.DataFrame, cfg: SpeedConfig, out: str, command: str) 
         ax.set_title(f"{title} (median, range over pairs)", fontsize=9)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "engine_speed.png"), dpi=120)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
-    cols = ["config", "pairs", "base_epoch_s", "new_epoch_s"]
-    table = rat[cols].copy()
+
+
+def report_table(runs: pd.DataFrame, rat: pd.DataFrame) -> pd.DataFrame:
+    """The report's table: per configuration the epoch times, the speed-ups with their spread, memory and load."""
+    table = rat[["config", "pairs", "base_epoch_s", "new_epoch_s"]].copy()
     configs = [d for _, d in runs.groupby("config", sort=False)]
-    table["speedup"] = [spread(pair_ratio(d, "epoch_time_s")) for d in configs]
-    table["cpu_speedup"] = [spread(pair_ratio(d, "cpu_s")) for d in configs]
-    table = table.assign(base_peak_mib=rat.base_peak_above_mib, new_rss_peak_mib=rat.new_rss_peak_above_mib,
-                         new_live_peak_mib=rat.new_live_peak_above_mib, mem_rss_over_base=rat.mem_rss_over_base,
-                         mem_live_over_base=rat.mem_live_over_base, load=[
-                             f"{a:.1f}-{b:.1f}" for a, b in zip(runs.groupby("config", sort=False)
-                                                                .load_1min_before.min(), rat.load_max)])
-    lines = [f"# Engine speed: this tree vs {cfg.base_root} ({today()})", "",
-             f"Machine: {cpu_model()}, {usable_cores()} usable cores. Graph: synthetic nodes={cfg.nodes}, "
-             f"degree={cfg.degree}, features={cfg.features}, classes={cfg.classes} (METIS). SAGE/GCN {cfg.layers} "
-             f"layers hidden {cfg.hidden}; GAT hidden {cfg.gat_hidden}, {cfg.gat_heads} heads. {cfg.epochs} epochs "
-             f"per run (first is warm-up), {cfg.reps} interleaved runs per engine.", "",
-             f"Command: `{command}`", "",
-             "Speed-up = base / new per interleaved pair: median (min-max); epoch times in seconds are medians "
-             "over runs. `cpu_speedup`: CPU seconds of all processes of a run, set-up (imports, loading) "
-             "included, so it understates a per-epoch gain. Memory: peak per worker above its baseline, MiB, max "
-             "over ranks; `rss` (VmHWM, the base's method) and `live` (counting allocator, the new default). "
-             "`load`: the 1-minute load before the runs (min-max); wall times under a load above the core count "
-             "are not the engines' quiet speed, and interleaving only spreads that load evenly.", "",
-             md_table(table.round(2)), ""]
-    with open(os.path.join(out, "engine_speed.md"), "w") as f:
-        f.write("\n".join(lines))
+    table["speedup"] = [ab.spread(ab.pair_ratio(d, "epoch_time_s")) for d in configs]
+    table["cpu_speedup"] = [ab.spread(ab.pair_ratio(d, "cpu_s")) for d in configs]
+    return table.assign(base_peak_mib=rat.base_peak_above_mib, new_rss_peak_mib=rat.new_rss_peak_above_mib,
+                        new_live_peak_mib=rat.new_live_peak_above_mib, mem_rss_over_base=rat.mem_rss_over_base,
+                        mem_live_over_base=rat.mem_live_over_base, load=[
+                            f"{a:.1f}-{b:.1f}" for a, b in zip(runs.groupby("config", sort=False)
+                                                               .load_1min_before.min(), rat.load_max)])
+
+
+def write_outputs(runs: pd.DataFrame, cfg: SpeedConfig, out: str, command: str) -> pd.DataFrame:
+    """``engine_speed.csv`` (every run), ``engine_speed.md`` (ratios with spread) and ``engine_speed.png``."""
+    os.makedirs(out, exist_ok=True)
+    runs.to_csv(os.path.join(out, "engine_speed.csv"), index=False)
+    rat = pair_ratios(runs)
+    plot_ratios(rat, os.path.join(out, "engine_speed.png"))
+    machine = (f", {usable_cores()} usable cores. Graph: synthetic nodes={cfg.nodes}, "
+               f"degree={cfg.degree}, features={cfg.features}, classes={cfg.classes} (METIS). SAGE/GCN {cfg.layers} "
+               f"layers hidden {cfg.hidden}; GAT hidden {cfg.gat_hidden}, {cfg.gat_heads} heads. {cfg.epochs} epochs "
+               f"per run (first is warm-up), {cfg.reps} interleaved runs per engine.")
+    reading = ("Speed-up = base / new per interleaved pair: median (min-max); epoch times in seconds are medians "
+               "over runs. `cpu_speedup`: CPU seconds of all processes of a run, set-up (imports, loading) "
+               "included, so it understates a per-epoch gain. Memory: peak per worker above its baseline, MiB, max "
+               "over ranks; `rss` (VmHWM, the base's method) and `live` (counting allocator, the new default). "
+               "`load`: the 1-minute load before the runs (min-max); wall times under a load above the core count "
+               "are not the engines' quiet speed, and interleaving only spreads that load evenly.")
+    ab.write_report(os.path.join(out, "engine_speed.md"), f"Engine speed: this tree vs {cfg.base_root}", machine,
+                    report_table(runs, rat).round(2), command, reading)
     return rat
 
 
 def build_parser() -> argparse.ArgumentParser:
     d = SpeedConfig()
     p = argparse.ArgumentParser(
-        prog="python -m sarlab.real.bench.engine_speed", description=__doc__.splitlines()[0])
-    p.add_argument("--base-root", default=d.base_root, help="the other checkout (default %(default)s)")
+        prog="python -m benchmarks.engine_speed", description=__doc__.splitlines()[0])
+    ab.add_base_root(p, d.base_root)
     for name in ("nodes", "degree", "features", "classes", "hidden", "layers", "gat_hidden", "gat_heads", "epochs",
                  "reps", "rss_reps"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(d, name))
@@ -258,13 +263,13 @@ def main(argv: list[str] | None = None) -> int:
                       gat_heads=a.gat_heads, epochs=a.epochs, reps=a.reps, rss_reps=a.rss_reps,
                       configs=tuple(c for c in a.configs.split(",") if c), cache=a.cache)
     args = [arg for arg in (argv if argv is not None else sys.argv[1:]) if arg != "--report-only"]
-    # the measuring command, also in a report
-    command = "python -m sarlab.real.bench.engine_speed " + shlex.join(args)
+    command = ab.command_line("engine_speed", args)  # the measuring command, also in a report
     csv_path = os.path.join(a.out, "engine_speed.csv")
     if a.report_only:  # the finished runs' table, else what an interrupted measurement left
         partial = os.path.join(a.out, "engine_speed.partial.csv")
         runs = pd.read_csv(csv_path if os.path.exists(csv_path) else partial)
     else:
+        ab.check_base_root(cfg.base_root, "sarlab")
         os.makedirs(a.out, exist_ok=True)
         runs = measure(cfg, progress_csv=os.path.join(a.out, "engine_speed.partial.csv"))
     rat = write_outputs(runs, cfg, a.out, command)

@@ -1,7 +1,6 @@
-"""The fused GAT kernels against rooflines measured on this machine (``python -m
-sarlab.real.bench.kernel_roofline``).
+"""The fused GAT kernels against rooflines measured on this machine (``python -m benchmarks.kernel_roofline``).
 
-Reads a :mod:`sarlab.real.bench.kernel_speed` run (``DIR/kernel_speed.csv``) and, on the same graph and inputs (same
+Reads a :mod:`benchmarks.kernel_speed` run (``DIR/kernel_speed.csv``) and, on the same graph and inputs (same
 seed, rows, edges, channels, threads), measures in a fresh process per head count ``H``:
 
 * ``sgemm``: GFLOP/s of a ``2048 x 2048 @ 2048 x 2048`` float32 matrix product (``2 n^3`` FLOP) - the compute roof;
@@ -31,13 +30,13 @@ from dataclasses import asdict
 import pandas as pd
 import torch
 
+from benchmarks import ab
+from benchmarks.kernel_speed import SpeedConfig, make_graph
 from sarlab import kernels
-from sarlab.common.machine import cpu_model, load_1min, today
-from sarlab.common.tables import md_table
-from sarlab.real.bench.kernel_speed import TREE_ROOT, SpeedConfig, make_graph, run_json_child
+from sarlab.common.machine import load_1min
 
 GEMM_N = 2048
-_CHILD = "import sys; from sarlab.real.bench.kernel_roofline import child_main; child_main(sys.argv[1:])"
+_CHILD = "import sys; from benchmarks.kernel_roofline import child_main; child_main(sys.argv[1:])"
 
 
 def _median_seconds(fn, repeats: int) -> float:
@@ -77,9 +76,9 @@ def child_main(argv: list[str]) -> None:
 
 
 def run_child(cfg: SpeedConfig, heads: int) -> dict:
-    """:func:`measure_roofs` in a fresh process of this tree
-    (:func:`sarlab.real.bench.kernel_speed.run_json_child`)."""
-    return run_json_child(["-c", _CHILD, json.dumps(asdict(cfg)), str(heads)], TREE_ROOT, cfg)
+    """:func:`measure_roofs` in a fresh process of this tree (:func:`benchmarks.ab.run_json_child`)."""
+    return ab.run_json_child(["-c", _CHILD, json.dumps(asdict(cfg)), str(heads)], ab.TREE_ROOT, cfg.threads,
+                             cfg.timeout_s)
 
 
 def against_roofs(speed: pd.DataFrame, roofs: pd.DataFrame, cfg: SpeedConfig) -> pd.DataFrame:
@@ -105,10 +104,8 @@ def against_roofs(speed: pd.DataFrame, roofs: pd.DataFrame, cfg: SpeedConfig) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m sarlab.real.bench.kernel_roofline",
-                                description=__doc__.splitlines()[0])
-    p.add_argument("--speed", required=True, help="folder of a sarlab.real.bench.kernel_speed run (its "
-                                                  "kernel_speed.csv)")
+    p = argparse.ArgumentParser(prog="python -m benchmarks.kernel_roofline", description=__doc__.splitlines()[0])
+    p.add_argument("--speed", required=True, help="folder of a benchmarks.kernel_speed run (its kernel_speed.csv)")
     p.add_argument("--nodes", type=int, default=SpeedConfig.nodes)
     p.add_argument("--edges", type=int, default=SpeedConfig.edges)
     p.add_argument("--channels", type=int, default=SpeedConfig.channels)
@@ -124,16 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     out = a.out or a.speed
     os.makedirs(out, exist_ok=True)
     table.to_csv(os.path.join(out, "kernel_roofline.csv"), index=False)
-    lines = [f"# Fused GAT kernels against measured rooflines ({today()})", "",
-             f"Machine: {cpu_model()}, {cfg.threads} thread(s); load {load:.1f} before the roof measurements. Graph "
-             f"and inputs of the speed run in `{a.speed}` ({cfg.nodes} rows, {cfg.edges} edges, {cfg.channels} "
-             "channels per head). Kernel times: this tree's median CPU ms from that run. Roofs measured now, "
-             "CPU time of one process: `sgemm` (2048^3), `gather` (index_select of every edge's source row, read + "
-             "write), `spmm` (the C++ SpMM of the same CSR at width H C). FLOP counted: forward 2 E H C, backward "
-             "4 E H C (the dominant terms only); gathered bytes: forward E H C b, backward 2 E H C b.", "",
-             md_table(table), ""]
-    with open(os.path.join(out, "kernel_roofline.md"), "w") as f:
-        f.write("\n".join(lines))
+    machine = (f", {cfg.threads} thread(s); load {load:.1f} before the roof measurements. Graph "
+               f"and inputs of the speed run in `{a.speed}` ({cfg.nodes} rows, {cfg.edges} edges, {cfg.channels} "
+               "channels per head). Kernel times: this tree's median CPU ms from that run. Roofs measured now, "
+               "CPU time of one process: `sgemm` (2048^3), `gather` (index_select of every edge's source row, read + "
+               "write), `spmm` (the C++ SpMM of the same CSR at width H C). FLOP counted: forward 2 E H C, backward "
+               "4 E H C (the dominant terms only); gathered bytes: forward E H C b, backward 2 E H C b.")
+    ab.write_report(os.path.join(out, "kernel_roofline.md"), "Fused GAT kernels against measured rooflines", machine,
+                    table)
     print(table.to_string(index=False))
     print(f"wrote {os.path.join(out, 'kernel_roofline.md')}")
     return 0

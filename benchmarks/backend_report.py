@@ -1,6 +1,6 @@
-"""Tables and plot of a gloo-vs-ccl campaign (:mod:`sarlab.real.bench.backend_bench`'s outputs).
+"""Tables and plot of a gloo-vs-ccl campaign (:mod:`benchmarks.backend_bench`'s outputs).
 
-``python -m sarlab.real.bench.backend_report DIR`` (re)writes, next to the campaign's CSVs in DIR:
+``python -m benchmarks.backend_report DIR`` (re)writes, next to the campaign's CSVs in DIR:
 
 * ``backends_tables.md``: per network, the collectives (median over repeats of GB/s and µs per call, the ccl
   speed-up = gloo time / ccl time of the medians, and the range of that ratio over the repeats), the ring rounds
@@ -156,6 +156,6 @@ def write_report(out: str) -> list[str]:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m sarlab.real.bench.backend_report DIR")
+        sys.exit("usage: python -m benchmarks.backend_report DIR")
     for p in write_report(sys.argv[1]):
         print(f"wrote {p}")
