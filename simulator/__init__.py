@@ -8,7 +8,8 @@ real metric records. It never imports the engine's runtime.
 Entry points: :func:`simulate` and :func:`plan` (:mod:`sarlab.simulator.api`, also ``sarlab.simulate`` /
 ``sarlab.plan``: the Python forms of ``sarlab simulate`` and ``sarlab plan``), :func:`simulate_epoch` (one
 configuration), :func:`simulate_sweep` (modes x models x workers as a metric-record DataFrame). The commands are
-the executor's (:mod:`sarlab.real.commands.simulate_cmd`, :mod:`sarlab.real.commands.plan_cmd`). The module
+the executor's (:mod:`sarlab.real.commands.simulate_cmd`, :mod:`sarlab.real.commands.plan_cmd`,
+:mod:`sarlab.real.commands.calibrate_cmd`). The module
 map is in ``simulator/README.md``.
 """
 

@@ -12,8 +12,9 @@ import pytest
 from backends_common import require_ccl
 from test_simulator_fixtures import hand_profile, run1, two_parts, write_manifest
 
-import sarlab.real.commands.simulate_cmd as simulate_cmd
-from sarlab.real.commands.simulate_cmd import calibrate_main, simulate_main
+import sarlab.real.commands.calibrate_cmd as calibrate_cmd
+from sarlab.real.commands.calibrate_cmd import calibrate_main
+from sarlab.real.commands.simulate_cmd import simulate_main
 from sarlab.simulator.hardware.backends import COMM_FIELDS, OVERLAY_FIELDS
 from sarlab.simulator.hardware.profile import Link, Profile, load_profile, save_profile
 from sarlab.simulator.hardware.provenance import resolve_profile, shipped_profiles
@@ -205,7 +206,7 @@ def test_calibrate_backend_adds_the_overlay_and_nothing_else(tmp_path, monkeypat
         seen.update(backend=backend, command=command, network=cal.network)
         return {**ccl_overlay(), "p2p_op_s": 1e-5, "p2p_wait_s": 2e-6, "p2p_msg_cpu_s": 3e-6}
 
-    monkeypatch.setattr(simulate_cmd, "calibrate_backend", fake)
+    monkeypatch.setattr(calibrate_cmd, "calibrate_backend", fake)
     assert calibrate_main(["--backend", "ccl", "--out", str(path), "--quick"]) == 0
     assert seen == {"backend": "ccl", "command": f"sarlab calibrate --backend ccl --out {path} --quick",
                     "network": True}  # fmt: skip

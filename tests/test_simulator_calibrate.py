@@ -15,7 +15,8 @@ import sarlab.simulator.calibration.probe as probe_module
 from sarlab.real.bench.bench import _Prober
 from sarlab.real.calibration.hostbench import bench_first_use, bench_share, launch_commbench
 from sarlab.real.calibration.sharebench import window_order
-from sarlab.real.commands.simulate_cmd import calibrate_main, simulate_main
+from sarlab.real.commands.calibrate_cmd import calibrate_main
+from sarlab.real.commands.simulate_cmd import simulate_main
 from sarlab.simulator.calibration.calibration import Calibration, Findings
 from sarlab.simulator.calibration.fitting import (
     fit_scale_curve,

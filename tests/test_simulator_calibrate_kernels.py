@@ -15,7 +15,7 @@ import sarlab.real.calibration.opbench as opbench
 from sarlab import kernels
 from sarlab.core.shards import Shard
 from sarlab.nn.gat import AttentionAggregation
-from sarlab.real.commands.simulate_cmd import calibrate_main
+from sarlab.real.commands.calibrate_cmd import calibrate_main
 from sarlab.simulator.calibration.calibration import Calibration, Findings
 from sarlab.simulator.hardware.plausibility import implausible_compute_scale
 from sarlab.simulator.hardware.profile import load_profile, reference_laptop
