@@ -159,18 +159,13 @@ def _flock(path: Path):
 # drives oneCCL's progress itself when it tests an op's event. oneCCL's worker polls (CCL_YIELD) whenever any op of
 # its rank is pending, idle or not (CCL_WORKER_WAIT only lets it sleep with nothing pending), and in the engine an
 # op is nearly always pending: the next ring round is posted ahead and waits for a peer that is still computing.
-# Measured (2 cores, 8 ranks, SAGE `sar` on 110,000 nodes, 2026-11-26, CPU per epoch over all ranks from every
-# thread's /proc ticks): the 8 pinned workers took 2.1 / 10.5 CPU-s of a 7.5 / 18 CPU-s epoch with
-# CCL_WORKER_WAIT=1 (the earlier default; epochs 3.8 / 7.1 s against gloo's 3.5 / 3.7 s, alternating), and with
-# CCL_WORKER_OFFLOAD=0 the whole epoch took 6.8-7.3 CPU-s against gloo's 6.0-7.1 (epochs 3.85 / 3.33 / 3.47 s
-# against gloo's 3.71 / 3.55 / 3.01 s, alternating). results/backends.md, "Ranks sharing cores, second look", has
-# the runs. Where each rank has a core it is not set.
+# On 2 cores with 8 ranks the worker threads took up to 10.5 of an epoch's 18 CPU-s and ccl's epochs up to 1.9x
+# gloo's; without them ccl's CPU per epoch and epoch times were about gloo's (results/backends.md, "Ranks sharing
+# cores, second look", has the runs). Where each rank has a core it is not set.
 # An emulated network's hosts (--net veth:..., LOCAL_WORLD_SIZE = the ranks of one emulated host) share this
-# machine's cores: there the launcher's MACHINE_RANKS_ENV (every rank it starts here) decides. Measured (2 cores, 8
-# one-rank hosts on 1 Gbit/s links, the 20,000-node graph of results/backends.md, 2026-11-27, two runs each,
-# alternating, gloo once between): GCN/SAGE/GAT `sar` and `oneshot` took 0.10-0.63 s per epoch with
-# CCL_WORKER_OFFLOAD=0 against 0.19-0.92 s with the worker thread (gloo 0.10-0.54 s), and the two runs agreed
-# within 20 % where the thread's differed up to 3x (results/backends.md, "oneCCL's worker thread on emulated hosts").
+# machine's cores: there the launcher's MACHINE_RANKS_ENV (every rank it starts here) decides. On 8 one-rank
+# emulated hosts without the worker thread ccl's epochs were about gloo's and repeatable, with it up to 3x slower and
+# unsteady (results/backends.md, "oneCCL's worker thread on emulated hosts").
 SHARED_CORES_ENV = {"CCL_WORKER_OFFLOAD": "0"}
 #: set by sarlab's launcher: how many ranks it starts on this machine, whatever emulated host each is on
 MACHINE_RANKS_ENV = "SARLAB_MACHINE_RANKS"
