@@ -21,6 +21,16 @@ def _pyplot():
     return plt
 
 
+def _save(fig, path: str | Path) -> Path:
+    """Lay ``fig`` out, write it as a PNG at ``path`` (its folder created), close it, and return the path."""
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+    return path
+
+
 def _shown_ranks(workers: int, max_workers: int) -> list[int]:
     if workers <= max_workers:
         return list(range(workers))
@@ -53,12 +63,7 @@ def gantt(result: EpochResult, path: str | Path, title: str = "", max_workers: i
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
     ax.legend(handles, ["compute", "p2p wait", "all-reduce", "sending"], loc="upper right", fontsize=8, ncol=4)
     ax.set_title(title or f"{result.mode}, {result.workers} workers: one epoch")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def memory_plot(result: EpochResult, path: str | Path, title: str = "", max_workers: int = 8) -> Path:
@@ -74,12 +79,7 @@ def memory_plot(result: EpochResult, path: str | Path, title: str = "", max_work
     ax.set_ylabel("MiB above baseline")
     ax.set_title(title or f"{result.mode}, {result.workers} workers: memory")
     ax.legend(fontsize=8, ncol=2)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def model_label(row: pd.Series) -> str:
@@ -112,12 +112,7 @@ def scaling_plot(summary: pd.DataFrame, path: str | Path, title: str = "") -> Pa
         ax.set_ylabel(ylabel)
     axes[1].legend(fontsize=7, ncol=2)
     fig.suptitle(title or "simulated scaling")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def validation_plot(table: pd.DataFrame, path: str | Path, title: str = "") -> Path:
@@ -176,9 +171,4 @@ def validation_plot(table: pd.DataFrame, path: str | Path, title: str = "") -> P
             names = names[::-1]
         axes[0].set_title(f"filled: {names[0]}; hollow: {names[1]}", fontsize=8)
     fig.suptitle(title or "simulator: predicted vs measured")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
