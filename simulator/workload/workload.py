@@ -28,7 +28,6 @@ cut and the spread of pair sizes grow with ``P``. The OGB presets use it.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -400,13 +399,3 @@ def resolve_workload(spec: str, num_parts: int, edge_cut: float | None = None) -
     raise ValueError(
         f"workload {spec!r} is not a partition directory, a preset ({', '.join(GRAPH_PRESETS)}) or an estimate: spec"
     )
-
-
-def ceil_div(a: int, b: int) -> int:
-    """Integer ceiling of a / b."""
-    return -(-a // b) if b else 0
-
-
-def log2_ceil(x: int) -> int:
-    """Smallest k with 2**k >= x (0 for x <= 1)."""
-    return 0 if x <= 1 else math.ceil(math.log2(x))
