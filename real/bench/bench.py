@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import logging
 import os
 import shutil
 import sys
@@ -36,6 +37,8 @@ from sarlab.real.launch.launcher import launch, preflight
 from sarlab.real.launch.lifecycle import interruptible
 from sarlab.simulator.calibration import probe
 from sarlab.training.trainer import TrainConfig
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_OUT = str(cache_dir("bench-engine"))
 
@@ -181,7 +184,7 @@ class _Prober:
     probes on both sides of it (``probe_before_s``, ``probe_after_s``, their geometric mean ``probe_epoch_s``)
     plus the probe's configuration."""
 
-    def __init__(self, cache: str, manifests: str | None = None, log: Callable[[str], None] = print) -> None:
+    def __init__(self, cache: str, manifests: str | None = None, log: Callable[[str], None] = _log.info) -> None:
         key = hashlib.sha256(f"{probe.PROBE_GRAPH}|1|metis".encode()).hexdigest()[:12]
         self.pdir = os.path.join(cache, f"probe-{key}-n1")
         self.manifests, self.log = manifests, log
@@ -207,7 +210,7 @@ class _Prober:
             r.update(cols)
 
 
-def cached_partition(cfg: EngineBenchConfig, workers: int, log: Callable[[str], None] = print) -> str:
+def cached_partition(cfg: EngineBenchConfig, workers: int, log: Callable[[str], None] = _log.info) -> str:
     """The cached METIS partition of the benchmark graph into ``workers`` parts (made on first use)."""
     spec = cfg.graph_spec
     key = hashlib.sha256(f"{spec}|{workers}|metis".encode()).hexdigest()[:12]
@@ -218,7 +221,7 @@ def cached_partition(cfg: EngineBenchConfig, workers: int, log: Callable[[str], 
     return pdir
 
 
-def run_engine_bench(cfg: EngineBenchConfig, log: Callable[[str], None] = print, manifests: str | None = None,
+def run_engine_bench(cfg: EngineBenchConfig, log: Callable[[str], None] = _log.info, manifests: str | None = None,
                      progress_csv: str | None = None) -> pd.DataFrame:
     """Run every configuration of ``cfg``; returns all metric records (one per rank and epoch).
 

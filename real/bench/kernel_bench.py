@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import logging
 import statistics
 import sys
 import time
@@ -38,6 +39,8 @@ from sarlab.core.shards import ShardedGraph
 from sarlab.nn import GATConv
 from sarlab.real.bench.kernel_bench_plot import format_table, write_outputs
 from sarlab.real.commands.options import progress, write_json
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_OUT = str(cache_dir("bench-kernels"))
 PHASES = ("forward", "backward", "fwd+bwd")
@@ -322,7 +325,7 @@ def _rows(cfg: KernelBenchConfig, heads: int, edges: int, x: torch.Tensor, imple
     return rows
 
 
-def run_kernel_bench(cfg: KernelBenchConfig, log: Log = print) -> dict:
+def run_kernel_bench(cfg: KernelBenchConfig, log: Log = _log.info) -> dict:
     """Run every head count of ``cfg``; return the rows, STREAM figures, agreement and machine facts.
 
     Timings first (``cfg.reps`` side-by-side repetitions), then peak memory in separate repetitions. The

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import logging
 import os
 import statistics
 import sys
@@ -33,6 +34,8 @@ from pathlib import Path
 
 from sarlab.real.calibration.harness import BENCH_BACKENDS
 from sarlab.real.calibration.ranks import run_ranks
+
+_log = logging.getLogger(__name__)
 
 #: the shard of one round's work: about a c11 GCN shard at N = 8 (13,750 rows, degree 28, width 240)
 ROWS, DEGREE, WIDTH = 14_000, 28, 240
@@ -100,7 +103,7 @@ def summarize(times: list[list[float]]) -> dict[str, float]:
             "round_s": mean / len(rounds), "slowest_round_s": slowest / len(rounds)}
 
 
-def spread_table(worker_counts: list[int], calls: int, rounds: int, log=print, rows: int = ROWS,
+def spread_table(worker_counts: list[int], calls: int, rounds: int, log=_log.info, rows: int = ROWS,
                  backend: str = "gloo") -> dict[int, dict[str, float]]:
     """:func:`summarize` of one :func:`measure` per worker count."""
     table = {}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shutil
 import tempfile
@@ -30,6 +31,8 @@ from sarlab.real.launch.lifecycle import interruptible
 from sarlab.real.launch.netspec import NetSpec
 from sarlab.training.reference import reference_step
 from sarlab.training.trainer import DTYPES, TrainConfig
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_TOL = {"float32": 1e-5, "float64": 1e-10}
 
@@ -92,7 +95,7 @@ def compare(worker_results: list, ref: dict, label: str, dtype: str, tol: float)
 
 
 def verify(graph: Graph, workers: int, variants: list, method: str = "metis", tol: float | None = None,
-           backend: str = "gloo", timeout_s: float = 60.0, progress=print,
+           backend: str = "gloo", timeout_s: float = 60.0, progress=_log.info,
            conditioning: bool = False, net: NetSpec | str | None = None) -> list[Comparison]:
     """Partition ``graph``, run every (ModelConfig, EngineConfig, dtype) variant on ``workers`` processes
     in one process group, and compare each against the PyG reference.

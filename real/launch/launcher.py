@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import math
 import os
 import pickle
@@ -34,6 +35,8 @@ from sarlab.real.launch import netns
 from sarlab.real.launch.jobs import Fault, Job
 from sarlab.real.launch.lifecycle import signals_deferred, signals_raise
 from sarlab.real.launch.netspec import NetSpec
+
+_log = logging.getLogger(__name__)
 
 _PACKAGE_ROOT = str(package_parent())  # what a worker needs on PYTHONPATH
 
@@ -106,7 +109,7 @@ def _describe_exit(code: int) -> str:
 
 
 def launch(job: Job, world: int, host: str = "127.0.0.1", port: int = 0, grace_s: float = 5.0,
-           run_timeout_s: float | None = None, net: NetSpec | str | None = None, log=print):
+           run_timeout_s: float | None = None, net: NetSpec | str | None = None, log=_log.info):
     """Run ``job`` on ``world`` local processes; returns rank 0's gathered result.
 
     If a worker fails (exception or signal), the others are stopped at once and :class:`WorkerError` names the

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import itertools
+import logging
 import os
 import re
 import shutil
@@ -34,6 +35,8 @@ from collections.abc import Callable
 
 from sarlab.real.launch.lifecycle import pid_alive
 from sarlab.real.launch.netspec import NetSpec
+
+_log = logging.getLogger(__name__)
 
 PREFIX = "sarlab"
 SUBNET = "10.213.0"  # host h is SUBNET.(h+1)/24; exists only inside the run's namespaces
@@ -115,7 +118,7 @@ def _shape_commands(ns: str, dev: str, rate_bps: int) -> list[str]:
     ]
 
 
-def remove_leftovers(log: Callable[[str], None] = print) -> list[str]:
+def remove_leftovers(log: Callable[[str], None] = _log.info) -> list[str]:
     """Delete the namespaces (and run directories) of sarlab launchers that are no longer alive; says what it removed.
 
     Returns the removed namespace names.
@@ -139,7 +142,7 @@ def remove_leftovers(log: Callable[[str], None] = print) -> list[str]:
     return removed
 
 
-def remove_stale_rundirs(log: Callable[[str], None] = print) -> list[str]:
+def remove_stale_rundirs(log: Callable[[str], None] = _log.info) -> list[str]:
     """Delete the run directories and temporary partitions (``$TMPDIR/sarlab-run-PID-*``,
     ``$TMPDIR/sarlab-parts-PID-*``) of launchers that are no longer alive."""
     removed = []

@@ -8,6 +8,7 @@ are kept in a fallback directory that the error names.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -18,6 +19,8 @@ from sarlab.data.validate_data import InputError
 from sarlab.real.launch.jobs import Fault
 from sarlab.training import checkpoint
 from sarlab.training.checkpoint import atomic_write
+
+_log = logging.getLogger(__name__)
 
 #: output kind -> the suffixes it may carry
 SUFFIXES = {"json": (".json",), "model": (".pt",), "predictions": (".pt", ".npz")}
@@ -121,7 +124,7 @@ class OutputPlan:
 
     def __init__(self, checkpoint_dir: str | None = None, resume: str | None = None, json_path: str | None = None,
                  save_model: str | None = None, predict_path: str | None = None, force: bool = False,
-                 lock: bool = True, log: Callable[[str], None] = print):
+                 lock: bool = True, log: Callable[[str], None] = _log.info):
         self.lock = None
         if resume == "auto" and not checkpoint_dir:
             raise InputError("--resume auto continues the checkpoint of --checkpoint DIR: give --checkpoint")

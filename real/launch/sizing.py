@@ -13,6 +13,7 @@ The estimate is deliberately simple (an upper-range guess, not the simulator's e
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 from collections.abc import Callable
 
@@ -22,6 +23,8 @@ from sarlab.data.partition import is_partition_dir, load_manifest
 from sarlab.data.validate_data import InputError
 from sarlab.nn.model import ModelConfig
 from sarlab.training.trainer import TrainConfig
+
+_log = logging.getLogger(__name__)
 
 WORKER_BASE_BYTES = 300 * 2**20
 #: environment variable: the bytes the size check takes as available (default: /proc/meminfo and the cgroup limit)
@@ -105,7 +108,7 @@ def _gib(b: float) -> str:
 
 
 def check_run_size(graph, world: int, model: ModelConfig, train: TrainConfig, force: bool = False,
-                   log: Callable[[str], None] = print) -> dict | None:
+                   log: Callable[[str], None] = _log.info) -> dict | None:
     """Refuse (``force``: warn) a run whose estimated memory exceeds what is available; returns the estimate.
 
     Also warns when ``world`` exceeds this machine's cores (the workers then time-share them)."""

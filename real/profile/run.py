@@ -6,6 +6,7 @@ writes ``<out>/<mode>/rank{r}.bin``; :mod:`sarlab.real.profile.attribution` read
 """
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -28,6 +29,8 @@ from sarlab.real.profile.report import (
 )
 from sarlab.training.trainer import TrainConfig
 
+_log = logging.getLogger(__name__)
+
 
 def vmhwm_by_rank(records: list[dict]) -> dict[int, int]:
     """Max over a rank's epochs of its resident high-water mark above the post-set-up RSS."""
@@ -41,7 +44,7 @@ def vmhwm_by_rank(records: list[dict]) -> dict[int, int]:
 def run_profile(partition_dir: str, workers: int, modes: Sequence[str], model: ModelConfig, train: TrainConfig,
                 engine: EngineConfig, out_dir: str, backend: str = "gloo", timeout_s: float = 60.0,
                 port: int = 0, top: int = 10, flamegraphs: bool = True, settings: dict | None = None,
-                progress: Callable[[str], None] = print, net: NetSpec | None = None) -> ProfileResult:
+                progress: Callable[[str], None] = _log.info, net: NetSpec | None = None) -> ProfileResult:
     """Train once per mode with memray in every worker, then analyse each capture and write the report.
 
     Writes ``out_dir/<mode>/rank{r}.bin``, ``rank{r}_flamegraph.html``, ``rank{r}_summary.md`` and

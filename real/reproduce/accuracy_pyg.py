@@ -16,6 +16,7 @@ N = 4, 5 seeds).
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import sys
 import tempfile
@@ -38,6 +39,8 @@ from sarlab.real.launch.jobs import Job
 from sarlab.real.launch.launcher import launch
 from sarlab.real.reproduce.accuracy_table import AccuracyConfig
 from sarlab.training.trainer import DTYPES, TrainConfig
+
+_log = logging.getLogger(__name__)
 
 #: (name, graph spec): Planetoid's public split, shipped with sarlab
 PUBLIC_GRAPHS = (("Cora", "planetoid:cora"), ("CiteSeer", "planetoid:citeseer"))
@@ -116,7 +119,7 @@ def sarlab_accuracy(pdir: str, cfg: AccuracyConfig, workers: int, seed: int) -> 
     return {k: float(last[k]) for k in ("train_acc", "val_acc", "test_acc", "loss")}
 
 
-def run_public_split(cfg: PublicSplitConfig, log: Callable[[str], None] = print) -> pd.DataFrame:
+def run_public_split(cfg: PublicSplitConfig, log: Callable[[str], None] = _log.info) -> pd.DataFrame:
     """One row per (graph, implementation, seed): sarlab on ``cfg.workers`` and PyG (each init) on one process."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="sarlab-acc-") as tmp:

@@ -11,6 +11,7 @@ stds) and ``accuracy.md`` (the table, the N check, the settings and the command)
 """
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -28,6 +29,8 @@ from sarlab.nn.model import ModelConfig
 from sarlab.real.launch.jobs import Job
 from sarlab.real.launch.launcher import launch
 from sarlab.training.trainer import TrainConfig
+
+_log = logging.getLogger(__name__)
 
 #: the table's columns: (name, label augmentation on, accuracy column)
 CELLS = (("plain", False, "test_acc"), ("+ label aug", True, "test_acc"), ("+ C&S", False, "cs_test_acc"),
@@ -100,7 +103,7 @@ def _run_row(cfg: AccuracyConfig, item: tuple) -> dict:
             "seed": seed, "workers": workers, **{k: last[k] for k in CHECKED}}
 
 
-def run_accuracy(cfg: AccuracyConfig, cache: Path, log: Callable[[str], None] = print) -> pd.DataFrame:
+def run_accuracy(cfg: AccuracyConfig, cache: Path, log: Callable[[str], None] = _log.info) -> pd.DataFrame:
     """One row per run: graph, model, label_aug, seed, workers, final accuracies (and C&S's), loss."""
     plan = [(name, spec, preset, 1, cfg.seeds) for name, spec, preset in cfg.graphs]
     plan += [(name, spec, preset, cfg.check_workers, cfg.check_seeds) for name, spec, preset in cfg.graphs

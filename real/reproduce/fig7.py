@@ -7,6 +7,7 @@ memory ratios) and ``<prefix>.png`` (epoch time and peak memory per worker).
 """
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ from sarlab.nn.model import ModelConfig
 from sarlab.real.launch.jobs import Job
 from sarlab.real.launch.launcher import launch
 from sarlab.training.trainer import TrainConfig
+
+_log = logging.getLogger(__name__)
 
 #: (label, mode key in the records, mode, fused): aggregate-first R-GCN (the engine's default, ``fused``) and
 #: per-edge messages (``--unfused``: PyG FastRGCNConv's / DGL RelGraphConv's order, the paper's baseline layer)
@@ -46,7 +49,7 @@ class Fig7Config:
     series: tuple = field(default=tuple(key for _, key, _, _ in SERIES))
 
 
-def run_fig7(cfg: Fig7Config, cache: Path, log: Callable[[str], None] = print) -> pd.DataFrame:
+def run_fig7(cfg: Fig7Config, cache: Path, log: Callable[[str], None] = _log.info) -> pd.DataFrame:
     """Every (mode, N) of ``cfg``: R-GCN trained ``cfg.epochs`` epochs; the metric records of all ranks
     (partitions cached under ``cache``)."""
     graph = None

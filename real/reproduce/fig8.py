@@ -8,6 +8,7 @@ epoch time and peak memory with and without MFG at several label rates; :func:`w
 """
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ from sarlab.nn.model import ModelConfig
 from sarlab.real.launch.jobs import Job
 from sarlab.real.launch.launcher import launch
 from sarlab.training.trainer import TrainConfig
+
+_log = logging.getLogger(__name__)
 
 #: (label, label augmentation, MFG) of the training curves
 VARIANTS = (("plain", False, False), ("label aug", True, False), ("MFG", False, True), ("label aug + MFG", True, True))
@@ -84,7 +87,7 @@ def _job(cfg: Fig8Config, pdir: str, epochs: int, label_aug: bool, mfg: bool, ev
                EngineConfig(mode="sar"), timeout_s=cfg.timeout_s, quiet=True, label=label)
 
 
-def run_fig8_curves(cfg: Fig8Config, cache: Path, log: Callable[[str], None] = print) -> pd.DataFrame:
+def run_fig8_curves(cfg: Fig8Config, cache: Path, log: Callable[[str], None] = _log.info) -> pd.DataFrame:
     """The four training runs (records of every rank and epoch, ``variant`` column)."""
     pdir = _partition(cfg.graph, cfg.workers, cache, log)
     out = []
@@ -97,7 +100,7 @@ def run_fig8_curves(cfg: Fig8Config, cache: Path, log: Callable[[str], None] = p
     return pd.DataFrame(out)
 
 
-def run_fig8_rates(cfg: Fig8Config, cache: Path, log: Callable[[str], None] = print) -> pd.DataFrame:
+def run_fig8_rates(cfg: Fig8Config, cache: Path, log: Callable[[str], None] = _log.info) -> pd.DataFrame:
     """Epoch time and peak memory with and without MFG at every label rate (summaries, one row each)."""
     rows = []
     for rate in cfg.rates:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -31,6 +32,8 @@ import numpy as np
 from sarlab.common.machine import cpu_model, load_1min, today
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.partition import assign_parts
+
+_log = logging.getLogger(__name__)
 
 #: quantile levels recorded for the normalised pair sizes and per-part loads (:mod:`sarlab.simulator.workload.pairlaw`
 #: draws
@@ -125,7 +128,7 @@ def pair_statistics(nodes: np.ndarray, edges: np.ndarray, halo: np.ndarray) -> d
     }
 
 
-def study(graphs=GRAPHS, parts=PARTS, progress=print) -> tuple[dict, dict[str, np.ndarray]]:
+def study(graphs=GRAPHS, parts=PARTS, progress=_log.info) -> tuple[dict, dict[str, np.ndarray]]:
     """Partition every graph into every part count; returns the data file's content and the matrices."""
     out = {"graphs": [], "quantile_levels": list(QUANTILES)}
     matrices: dict[str, np.ndarray] = {}

@@ -26,6 +26,7 @@ Writes ``<out>.csv`` (one row per variation), ``<out>.md`` (the table, with what
 from __future__ import annotations
 
 import argparse
+import logging
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -43,6 +44,8 @@ from sarlab.simulator.workload.workload import GRAPH_PRESETS
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+_log = logging.getLogger(__name__)
 
 SAGE = ModelSpec("sage", layers=3, hidden=256, aggr="mean", batchnorm=False, dropout=0.0)
 GAT = ModelSpec("gat", layers=3, hidden=128, heads=4, fused=False, batchnorm=False, dropout=0.0)
@@ -139,7 +142,7 @@ def conclusions(profile: Profile, cuts: dict, vanilla_fused: bool, round_sync: s
     return out
 
 
-def sweep(profile: Profile, progress=print) -> pd.DataFrame:
+def sweep(profile: Profile, progress=_log.info) -> pd.DataFrame:
     """One row per variation: its figure, value and the claims' numbers."""
     rows = []
     for figure, value, change, cuts, vanilla_fused, *rounds in VARIATIONS:
