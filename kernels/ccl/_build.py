@@ -21,6 +21,7 @@ import ctypes.util
 import fcntl
 import hashlib
 import importlib.metadata as md
+import logging
 import os
 import platform
 import shutil
@@ -32,6 +33,8 @@ from types import ModuleType
 
 from .._loader import declared_ninja
 from ..cache import cache_path
+
+_log = logging.getLogger(__name__)
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = ("ccl_backend.cpp",)
@@ -221,7 +224,7 @@ def load() -> ModuleType:
                 (build / "lock").unlink()  # torch's marker: stale, since we hold the flock
             fresh = not (build / f"{name}.so").exists()
             if fresh:
-                print(f"sarlab.kernels.ccl: building the oneCCL backend extension in {build} ...", flush=True)
+                _log.info("sarlab.kernels.ccl: building the oneCCL backend extension in %s ...", build)
             t0 = time.perf_counter()
             irc = paths["libirc"].parent
             _ext = cpp_extension.load(
@@ -244,5 +247,5 @@ def load() -> ModuleType:
                 verbose=False,
             )
             if fresh:
-                print(f"sarlab.kernels.ccl: built in {time.perf_counter() - t0:.0f} s", flush=True)
+                _log.info("sarlab.kernels.ccl: built in %.0f s", time.perf_counter() - t0)
         return _ext

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import gc
 import json
+import logging
 import os
 import pickle
 import signal
@@ -35,6 +36,8 @@ from sarlab.real.launch.lifecycle import die_with_parent
 from sarlab.training import checkpoint
 from sarlab.training.minibatch import MiniBatchTrainer
 from sarlab.training.trainer import TrainConfig, Trainer
+
+_log = logging.getLogger(__name__)
 
 
 class RendezvousError(RuntimeError):
@@ -109,7 +112,7 @@ def _inject(job: Job, rank: int, epoch: int) -> None:
     if fault.kind == "cut":  # this host's link goes down; the epoch goes on and finds nobody to talk to
         dev = os.environ.get("GLOO_SOCKET_IFNAME", "eth0")
         subprocess.run(["ip", "link", "set", "dev", dev, "down"], check=True, capture_output=True)
-        print(f"rank {rank}: link {dev} cut at epoch {epoch}", file=sys.stderr, flush=True)
+        _log.warning("rank %d: link %s cut at epoch %d (injected fault)", rank, dev, epoch)
         return
     raise RuntimeError(f"injected fault on rank {rank} at epoch {epoch + 1}")
 
