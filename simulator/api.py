@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -34,7 +35,8 @@ from sarlab.simulator.strategies.cost_model import (
     value,
 )
 from sarlab.simulator.strategies.sampling_model import SamplingSpec, parse_fanouts
-from sarlab.simulator.strategies.strategies import STRATEGIES, predict
+from sarlab.simulator.strategies.strategies import STRATEGIES, predict, sweep_strategies
+from sarlab.simulator.studies.validate import validate  # noqa: F401 (``sarlab simulate --validate``'s door)
 from sarlab.simulator.system.sweep import simulate_sweep, summarize_sweep
 from sarlab.simulator.workload.model import ModelSpec, parse_model
 from sarlab.simulator.workload.sampled_sizes import DegreeDistribution, degrees_from_partition, train_nodes_per_part
@@ -134,23 +136,59 @@ def simulate(
         summary: return the per-configuration summary instead of the per-rank records.
         progress: called with one line per configuration (e.g. ``print``); None: quiet.
     """
-    prof, source = _profile(profile)
     base = ModelSpec(model="gcn", layers=layers, hidden=hidden, heads=heads, aggr=aggr, fused=fused,
                      batchnorm=batchnorm, dropout=dropout, dtype=dtype, relations=relations)
-    models = [m if isinstance(m, ModelSpec) else parse_model(m, base) for m in _names(model)]
+    found = sweep(graph, workers, [m if isinstance(m, ModelSpec) else parse_model(m, base) for m in _names(model)],
+                  modes, profile, net, prefetch=prefetch, threads=threads, workers_per_host=workers_per_host,
+                  edge_cut=edge_cut, links=links, network=network, backend=backend, progress=progress)
+    out = summarize_sweep(found.records) if summary else found.records
+    out.attrs.update(profile=found.profile.name, profile_source=found.source)
+    return out
+
+
+@dataclass
+class Sweep:
+    """What :func:`sweep` predicted: the per-rank records, the simulated configurations (their statistics,
+    model, run and result: what a Gantt chart re-simulates), and the profile that priced them."""
+
+    records: pd.DataFrame
+    items: list
+    profile: Profile
+    source: str
+
+
+def sweep(graph: str, workers: int | Iterable[int], models: Iterable[ModelSpec], modes: str | Iterable[str],
+          profile: Profile | str | None = None, net: str = "loopback", *, prefetch: int = 1,
+          threads: float | None = None, workers_per_host: int | None = None, edge_cut: float | None = None,
+          links: Iterable[str | Path | LinkProfile] = (), network: str = "reserve", backend: str = "gloo",
+          progress: Callable[[str], None] | None = None) -> Sweep:
+    """:func:`simulate` over models already built, keeping the configurations: ``sarlab simulate``'s sweep (its
+    plots re-simulate the configurations with traces)."""
+    prof, source = _profile(profile)
     mode_list = _names(modes)
     others = [m for m in mode_list if m in STRATEGIES and m not in EPOCH_MODES]
     if others:
         raise ValueError(f"simulate prices {', '.join(EPOCH_MODES)}; {', '.join(others)} are priced by "
                          "sarlab.plan(..., strategies=...) or `sarlab simulate --modes`")
     link_list = [lp if isinstance(lp, LinkProfile) else read_link_profile(lp, prof) for lp in links]
-    records, _ = simulate_sweep(graph, mode_list, models, [int(w) for w in _names(workers)], prof,
-                                prefetch=prefetch, threads=threads, workers_per_host=workers_per_host,
-                                edge_cut=edge_cut, network=network, progress=progress, net=net, links=link_list,
-                                backend=backend)
-    out = summarize_sweep(records) if summary else records
-    out.attrs.update(profile=prof.name, profile_source=source)
-    return out
+    records, items = simulate_sweep(graph, mode_list, list(models), [int(w) for w in _names(workers)],
+                                    prof, prefetch=prefetch, threads=threads,
+                                    workers_per_host=workers_per_host, edge_cut=edge_cut, network=network,
+                                    progress=progress, net=net, links=link_list, backend=backend)
+    return Sweep(records, items, prof, source)
+
+
+def price_strategies(graph: str, strategies: Iterable[str], models: Iterable[ModelSpec],
+                     workers: int | Iterable[int], profile: Profile | str | None = None, *,
+                     fanouts: str | None = None, batch_size: int = 1024, staleness: int = 1,
+                     edge_cut: float | None = None, progress: Callable[[str], None] | None = None) -> pd.DataFrame:
+    """``sampling`` / ``stale`` priced without the epoch schedule, one row per (model, worker count): what
+    ``sarlab simulate --modes sampling,stale`` prints
+    (:func:`sarlab.simulator.strategies.strategies.sweep_strategies`)."""
+    prof, _ = _profile(profile)
+    return sweep_strategies(graph, list(strategies), list(models), [int(w) for w in _names(workers)], prof,
+                            fanouts=fanouts, batch_size=batch_size, staleness=staleness, edge_cut=edge_cut,
+                            progress=progress)
 
 
 class Workloads:

@@ -1,4 +1,4 @@
-"""Command-line entry points: ``sarlab calibrate`` and ``sarlab simulate`` (wired by real/commands/cli.py).
+"""``sarlab simulate`` (wired by real/commands/cli.py): flags, printing and plots over :mod:`sarlab.simulator.api`.
 
 ``simulate`` takes ``train``'s model flags with ``train``'s defaults (:data:`MODEL_DEFAULTS`), so the same
 flags describe the same model; ``--model`` (and ``--workers``) may list several values to sweep over. Its
@@ -17,6 +17,7 @@ import pandas as pd
 
 from sarlab.common.paths import cache_dir
 from sarlab.real.commands.show import say, warn, write_json_file
+from sarlab.simulator import api
 from sarlab.simulator.api import MODEL_DEFAULTS  # ``sarlab train``'s model defaults, mirrored by the simulator
 from sarlab.simulator.calibration.measured import machine_mismatch, read_records
 from sarlab.simulator.hardware.backends import BASE_BACKEND
@@ -30,11 +31,10 @@ from sarlab.simulator.hardware.provenance import (
     shipped_profiles,
 )
 from sarlab.simulator.network.linkprofile import read_link_profile
-from sarlab.simulator.strategies.strategies import sweep_strategies
 from sarlab.simulator.studies.plots import gantt, memory_plot, scaling_plot, validation_plot
-from sarlab.simulator.studies.validate import backend_ratios, error_summary, markdown_table, validate
+from sarlab.simulator.studies.validate import backend_ratios, error_summary, markdown_table
 from sarlab.simulator.system.epoch import simulate_epoch
-from sarlab.simulator.system.sweep import simulate_sweep, summarize_sweep
+from sarlab.simulator.system.sweep import summarize_sweep
 from sarlab.simulator.workload.model import ModelSpec, parse_model
 
 
@@ -172,9 +172,9 @@ def simulate_main(argv: list[str] | None = None) -> int:
         workers = [int(w) for w in split_list(args.workers)]
         others = [m for m in split_list(args.modes) if m in ("sampling", "stale")]
         if others:  # strategies priced without the epoch schedule (simulator/strategies/strategies.py)
-            table = sweep_strategies(args.graph, others, models, workers, profile, fanouts=args.fanouts,
-                                     batch_size=args.batch_size, staleness=args.staleness, edge_cut=args.edge_cut,
-                                     progress=say)
+            table = api.price_strategies(args.graph, others, models, workers, profile, fanouts=args.fanouts,
+                                         batch_size=args.batch_size, staleness=args.staleness,
+                                         edge_cut=args.edge_cut, progress=say)
             say(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
             args.modes = ",".join(m for m in split_list(args.modes) if m not in others)
             if not args.modes:
@@ -182,23 +182,10 @@ def simulate_main(argv: list[str] | None = None) -> int:
                     write_json_file(args.json, {"profile": profile.name, "strategies": table.to_dict(orient="records")})
                 return 0
         start = time.perf_counter()
-        df, items = simulate_sweep(
-            args.graph,
-            split_list(args.modes),
-            models,
-            workers,
-            profile,
-            prefetch=args.prefetch,
-            threads=args.threads,
-            workers_per_host=args.workers_per_host,
-            edge_cut=args.edge_cut,
-            trace=False,
-            network=args.network,
-            progress=say,
-            net=args.net,
-            links=links,
-            backend=backend,
-        )
+        found = api.sweep(args.graph, workers, models, args.modes, profile, args.net, prefetch=args.prefetch,
+                          threads=args.threads, workers_per_host=args.workers_per_host, edge_cut=args.edge_cut,
+                          links=links, network=args.network, backend=backend, progress=say)
+        df, items = found.records, found.items
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -255,7 +242,7 @@ def _validate(args: argparse.Namespace, profile: Profile, links: list) -> int:
             file=sys.stderr,
         )
     try:
-        table = validate(records, profile, warmup=args.warmup, progress=say, drift=args.drift, links=links)
+        table = api.validate(records, profile, warmup=args.warmup, progress=say, drift=args.drift, links=links)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
