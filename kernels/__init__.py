@@ -14,6 +14,8 @@ background | foreground | off); ``sarlab build-kernels`` (``python -m sarlab.ker
 The extension is JIT-built with ninja for this CPU under ``kernels/`` in sarlab's cache directory
 (:mod:`sarlab.kernels.cache`; ``$SARLAB_KERNEL_BUILD_DIR`` overrides it; see :mod:`sarlab.kernels._loader`).
 The names below load on first use, so :mod:`sarlab.kernels.cache` is importable without torch.
+
+May import (``MAY_IMPORT`` below, held by tests/test_contracts.py): nothing else of sarlab.
 """
 
 from __future__ import annotations
@@ -67,3 +69,8 @@ def __getattr__(name: str):
 
 
 __all__ = ["backend", *_LAZY]
+
+#: the sarlab packages this one may import (held by tests/test_contracts.py)
+MAY_IMPORT = (
+
+)

@@ -14,6 +14,8 @@ Training and checking: :func:`run`, :func:`gradients` (:mod:`sarlab.real.api`). 
 with Planetoid's public split), :func:`partition`. Layers: :mod:`sarlab.nn`. Prediction without a cluster:
 :func:`simulate`, :func:`plan`, :func:`calibrate`. Sub-packages: :mod:`sarlab.core` (the exact engine),
 :mod:`sarlab.strategies`, :mod:`sarlab.data`, :mod:`sarlab.kernels`, :mod:`sarlab.simulator`, :mod:`sarlab.real`.
+
+May import (``MAY_IMPORT`` below, held by tests/test_contracts.py): ``sarlab.version``, ``sarlab.data``.
 """
 from __future__ import annotations
 
@@ -70,3 +72,8 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(__all__)
+
+#: the sarlab packages this one may import (held by tests/test_contracts.py)
+MAY_IMPORT = (
+    "sarlab.version", "sarlab.data"
+)

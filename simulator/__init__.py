@@ -11,6 +11,11 @@ configuration), :func:`simulate_sweep` (modes x models x workers as a metric-rec
 the executor's (:mod:`sarlab.real.commands.simulate_cmd`, :mod:`sarlab.real.commands.plan_cmd`,
 :mod:`sarlab.real.commands.calibrate_cmd`). The module
 map is in ``simulator/README.md``.
+
+May import (``MAY_IMPORT`` below, held by tests/test_contracts.py): ``sarlab.common``, ``sarlab.data``,
+``sarlab.simulator.hardware``, ``sarlab.simulator.workload``, ``sarlab.simulator.network``,
+``sarlab.simulator.system``, ``sarlab.simulator.strategies``, ``sarlab.simulator.calibration``,
+``sarlab.simulator.studies``.
 """
 
 from sarlab.simulator.api import plan, simulate
@@ -43,3 +48,10 @@ __all__ = [
     "simulate_sweep",
     "summarize_sweep",
 ]
+
+#: the sarlab packages this one may import (held by tests/test_contracts.py)
+MAY_IMPORT = (
+    "sarlab.common", "sarlab.data", "sarlab.simulator.hardware", "sarlab.simulator.workload",
+    "sarlab.simulator.network", "sarlab.simulator.system", "sarlab.simulator.strategies",
+    "sarlab.simulator.calibration", "sarlab.simulator.studies"
+)

@@ -38,6 +38,8 @@ Environment set when unset (before oneCCL loads): ``CCL_ATL_TRANSPORT=ofi``, ``F
 share the machine's cores than the process has (``LOCAL_WORLD_SIZE``, or every rank sarlab's launcher started on this
 machine, an emulated network's hosts included: :data:`MACHINE_RANKS_ENV`; see :data:`SHARED_CORES_ENV`).
 This module imports only the standard library; torch is imported by :func:`load` and :func:`register`.
+
+May import (``MAY_IMPORT`` below, held by tests/test_contracts.py): ``sarlab.kernels``.
 """
 
 from __future__ import annotations
@@ -91,3 +93,8 @@ def register(lazy: bool = False) -> None:
         if BACKEND_NAME.upper() not in dist.Backend._plugins:
             dist.Backend.register_backend(BACKEND_NAME, create, devices=["cpu"])
         _registered = True
+
+#: the sarlab packages this one may import (held by tests/test_contracts.py)
+MAY_IMPORT = (
+    "sarlab.kernels",
+)

@@ -3,6 +3,7 @@
 (:mod:`sarlab.strategies`) and the training loop (:mod:`sarlab.training`) sit above it.
 
 May import :mod:`sarlab.data`, :mod:`sarlab.common` and :mod:`sarlab.kernels`; nothing above.
+It may also import :mod:`sarlab.version` (every record names the sarlab that made it).
 """
 
 MAY_IMPORT = ("sarlab.data", "sarlab.common", "sarlab.kernels", "sarlab.version")

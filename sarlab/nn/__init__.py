@@ -1,6 +1,7 @@
 """Layers that run on a :class:`sarlab.core.shards.ShardedGraph` and the model built from them.
 
 May import :mod:`sarlab.core`, :mod:`sarlab.data`, :mod:`sarlab.common` and :mod:`sarlab.kernels`.
+It may also import :mod:`sarlab.version` (every record names the sarlab that made it).
 """
 from sarlab.nn.gat import GATConv
 from sarlab.nn.gcn import GCNConv

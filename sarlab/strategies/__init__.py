@@ -4,6 +4,7 @@ core's metric records.
 
 May import :mod:`sarlab.nn`, :mod:`sarlab.core`, :mod:`sarlab.data`, :mod:`sarlab.common` and
 :mod:`sarlab.kernels`; never the training floor, the executor or the simulator.
+It may also import :mod:`sarlab.version` (every record names the sarlab that made it).
 """
 
 MAY_IMPORT = ("sarlab.nn", "sarlab.core", "sarlab.data", "sarlab.common", "sarlab.kernels", "sarlab.version")

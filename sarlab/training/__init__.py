@@ -5,6 +5,7 @@ checkpoint format with :func:`~sarlab.training.checkpoint.load_model`.
 
 May import :mod:`sarlab.strategies`, :mod:`sarlab.nn`, :mod:`sarlab.core`, :mod:`sarlab.data`,
 :mod:`sarlab.common` and :mod:`sarlab.kernels`; never the executor or the simulator.
+It may also import :mod:`sarlab.version` (every record names the sarlab that made it).
 """
 
 MAY_IMPORT = ("sarlab.strategies", "sarlab.nn", "sarlab.core", "sarlab.data", "sarlab.common", "sarlab.kernels",

@@ -1,4 +1,11 @@
-"""Network: NIC channels, point-to-point and all-reduce pricing, links whose concurrent flows share
-throughput, measured link profiles and the exchange-pattern model of the round benchmark. May import
-:mod:`sarlab.simulator.hardware` and the system's clock for the round model.
+"""Network: NIC channels, point-to-point and collective pricing, links whose concurrent flows share
+throughput, and measured link profiles. Below the system (its clocks book messages through it).
+
+May import (``MAY_IMPORT`` below, held by tests/test_contracts.py): ``sarlab.common``,
+``sarlab.simulator.hardware``, ``sarlab.simulator.workload``.
 """
+
+#: the sarlab packages this one may import (held by tests/test_contracts.py)
+MAY_IMPORT = (
+    "sarlab.common", "sarlab.simulator.hardware", "sarlab.simulator.workload"
+)
