@@ -16,7 +16,7 @@ from conftest import run_cli
 from test_data_safety import _npz, _tree
 
 from sarlab.data.graphs import synthetic_graph
-from sarlab.data.partition import _sha256, manifest_digest, partition
+from sarlab.data.partition import file_sha256, manifest_digest, partition
 
 SYN = "synthetic:nodes=200,degree=4,features=6,classes=3,seed=1"
 TRAIN = ["train", "--epochs", "2", "--hidden", "8", "--eval-every", "0", "--workers", "2"]
@@ -46,7 +46,7 @@ def files(tmp_path_factory) -> dict:
     np.save(features, x)
     manifest_path = root / "nan_parts" / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
-    manifest["files"]["part1/features.npy"] = _sha256(str(features))
+    manifest["files"]["part1/features.npy"] = file_sha256(str(features))
     manifest["manifest_sha256"] = manifest_digest(manifest)
     manifest_path.write_text(json.dumps(manifest))
     labels = np.arange(40) % 3

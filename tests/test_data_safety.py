@@ -160,7 +160,7 @@ def test_bad_arrays_behind_a_consistent_manifest_are_caught(pdir):
     x[3, 2] = np.nan
     np.save(target, x)
     manifest = json.load(open(os.path.join(pdir, "manifest.json")))
-    manifest["files"]["part1/features.npy"] = sp._sha256(target)
+    manifest["files"]["part1/features.npy"] = sp.file_sha256(target)
     manifest["manifest_sha256"] = manifest_digest(manifest)
     json.dump(manifest, open(os.path.join(pdir, "manifest.json"), "w"))
     load_part(pdir, 0)

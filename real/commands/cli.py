@@ -114,9 +114,11 @@ def _run_command(argv: list[str]) -> int:
     from sarlab.data.partition import PartitionError  # the errors a user can cause (the engine is loaded by now)
     from sarlab.data.validate_data import InputError
     from sarlab.real.launch.launcher import LaunchError, WorkerError
+    from sarlab.real.launch.lifecycle import interruptible
 
     try:
-        return command(argv[1:])
+        _check_json_option(argv[1:])
+        return interruptible(command)(argv[1:])  # HUP/INT/TERM: clean-up, one line, exit 128 + n
     except InputError as err:  # bad data or arguments: one line, exit 2 (as argparse does)
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -124,6 +126,28 @@ def _run_command(argv: list[str]) -> int:
             ImportError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except MemoryError as err:  # only with --force past the size check
+        print(f"error: out of memory ({err or 'an allocation failed'}); the size check's estimate was right: use "
+              "a smaller graph, model or fewer workers", file=sys.stderr)
+        return 1
+    except OSError as err:  # a disk filled or a device failed during the run (its outputs were checked before)
+        print(f"error: {err.strerror or err}{f': {err.filename}' if err.filename else ''}", file=sys.stderr)
+        return 1
+
+
+def _check_json_option(args: list[str]) -> None:
+    """Every command's ``--json PATH`` is a path a file system can hold, not a directory, in a writable folder
+    (before any work; a command that owns its outputs also refuses to replace an existing file without --force)."""
+    from sarlab.data import staging
+    from sarlab.data.validate_data import InputError
+
+    for i, arg in enumerate(args):
+        path = args[i + 1] if arg == "--json" and i + 1 < len(args) else arg[7:] if arg.startswith("--json=") else None
+        if path:
+            staging.check_path(path, "--json")
+            if os.path.isdir(path):
+                raise InputError(f"--json {path!r} is a directory; give a file path")
+            staging.probe_writable(os.path.dirname(os.path.abspath(path)), f"--json {path!r}")
 
 
 if __name__ == "__main__":

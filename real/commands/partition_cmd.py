@@ -7,6 +7,8 @@ import argparse
 from sarlab.data.dgl_import import convert
 from sarlab.data.partition import check_output_dir, partition, report
 from sarlab.real.commands.options import EPILOG, load_source, progress, write_json
+from sarlab.real.launch import outputs, sizing
+from sarlab.real.launch.lifecycle import interruptible
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,7 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="convert the output of DGL's partition_graph (keeps its parts; needs the dgl extra)")
     p.add_argument("--parts", type=int, help="number of parts (with --graph)")
     p.add_argument("--out", required=True, help="output directory: new or empty, or a sarlab partition with --force")
-    p.add_argument("--force", action="store_true", help="replace an existing sarlab partition at --out")
+    p.add_argument("--force", action="store_true", help="replace an existing sarlab partition at --out and an "
+                   "existing --json file, and go on although the memory estimate exceeds what is available")
     p.add_argument("--method", default="metis", choices=["metis", "random"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dgl-orig-ids", metavar="PATH",
@@ -30,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@interruptible
 def main(argv: list[str] | None = None) -> int:
     p = build_parser()
     a = p.parse_args(argv)
@@ -40,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.from_dgl is None and (a.dgl_orig_ids or a.dgl_keys):
         p.error("--dgl-orig-ids and --dgl-keys go with --from-dgl")
     check_output_dir(a.out, a.force)  # before loading anything: a refused --out costs nothing
+    if a.json:
+        outputs.check_output_file(a.json, "json", a.force)
+    if a.graph is not None:
+        sizing.check_partition_size(a.graph, a.parts, a.force, progress)
     if a.from_dgl:
         manifest = convert(a.from_dgl, a.out, keys=a.dgl_keys, orig_ids=a.dgl_orig_ids, force=a.force,
                            progress=progress)

@@ -61,8 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                            "cached partition (and do not cache it)")
     p.add_argument("--force", action="store_true",
                    help="replace an existing sarlab partition/checkpoint/model/predictions file of the same kind "
-                        "(over a checkpoint: start afresh), and run although the memory estimate exceeds what is "
-                        "available")
+                        "and an existing --json file (over a checkpoint: start afresh), and run although the memory "
+                        "estimate exceeds what is available")
     p.add_argument("--checkpoint", metavar="DIR",
                    help="write a checkpoint here (atomically, sha256-summed) every K epochs and at the end; if DIR "
                         "already holds a compatible checkpoint the run continues it (one command line survives a "
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     check_int("workers", a.workers, 1)
     if a.json:
-        outputs.check_output_file(a.json, "json")  # the other outputs: api.run, before any compute
+        outputs.check_output_file(a.json, "json", a.force)  # the other outputs: api.run, before any compute
     train_cfg = TrainConfig(epochs=a.epochs, lr=a.lr, weight_decay=a.weight_decay, dtype=a.dtype,
                             eval_every=a.eval_every, lr_schedule=a.lr_schedule, mfg=a.mfg, label_aug=a.label_aug,
                             correct_smooth=a.correct_smooth)

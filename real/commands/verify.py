@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from sarlab.core.comm import check_backend
 from sarlab.core.config import MODES
 from sarlab.data.graphs import Graph
 from sarlab.data.partition import partition
@@ -25,6 +26,7 @@ from sarlab.real.commands.options import (
     progress,
     write_json,
 )
+from sarlab.real.launch import outputs, sizing
 from sarlab.real.launch.jobs import Job
 from sarlab.real.launch.launcher import launch, preflight
 from sarlab.real.launch.lifecycle import interruptible
@@ -184,6 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_net_arg(p)
     p.add_argument("--tol", type=float, help="max relative error allowed (default 1e-5 fp32, 1e-10 fp64)")
     p.add_argument("--json", help="write the comparison rows here")
+    p.add_argument("--force", action="store_true", help="replace an existing --json file, and go on although the "
+                   "memory estimate exceeds what is available")
     return p
 
 
@@ -191,14 +195,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     preflight(a.workers, a.net, timeout_s=a.timeout)  # before the graph is loaded or partitioned
+    check_backend(a.backend)
+    if a.json:
+        outputs.check_output_file(a.json, "json", a.force)
     modes = MODES if a.mode == "all" else a.mode.split(",")
-    graph = load_source(a.graph)
     variants = []
     for mode in modes:
         for model in a.model.split(","):
             model_name, _, aggr = model.partition("-")  # sage-max: model sage with aggregator max
             variants.append((model_config(a, model=model_name, aggr=aggr or a.aggr), engine_config(a, mode),
                              a.dtype))
+    for model_cfg, engine_cfg, dtype in variants:  # before the graph is loaded: every variant must fit
+        sizing.check_run_size(a.graph, a.workers, model_cfg, TrainConfig(dtype=dtype), a.force, progress,
+                              engine_cfg.mode, engine_cfg.fused)
+    graph = load_source(a.graph)
     rows = verify(graph, a.workers, variants, method=a.method, tol=a.tol, backend=a.backend, timeout_s=a.timeout,
                   progress=progress, net=a.net)
     print(format_table(rows))

@@ -32,13 +32,13 @@ class Fault:
         try:
             rank, epoch, kind = text.split(":")
             fault = cls(int(rank), int(epoch), kind)
-        except ValueError as err:
-            raise ValueError(f"fault must be RANK:EPOCH:KIND (e.g. 1:2:cut), got {text!r}") from err
+        except ValueError:
+            raise InputError(f"fault must be RANK:EPOCH:KIND (e.g. 1:2:cut), got {text!r}") from None
         if fault.rank < 0 or fault.epoch < 1:
-            raise ValueError(f"fault rank must be >= 0 and epoch >= 1 (epochs count from 1, as progress does), got "
+            raise InputError(f"fault rank must be >= 0 and epoch >= 1 (epochs count from 1, as progress does), got "
                              f"{text!r}")
         if fault.kind not in FAULT_KINDS:
-            raise ValueError(f"fault kind must be one of {', '.join(FAULT_KINDS)}, got {fault.kind!r}")
+            raise InputError(f"fault kind must be one of {', '.join(FAULT_KINDS)}, got {fault.kind!r}")
         return fault
 
 

@@ -147,7 +147,7 @@ def launch(job: Job, world: int, host: str = "127.0.0.1", port: int = 0, grace_s
                 pickle.dump({"job": job, "world": world}, f)
             for rank in range(world):
                 procs.append(_start(rank, world, rundir, network, host, port))
-            _watch(procs, network, rundir, grace_s, run_timeout_s)
+            _watch(procs, network, rundir, grace_s, run_timeout_s, job.timeout_s)
             result = os.path.join(rundir, "result")
             if job.kind == "verify":
                 return torch.load(result, weights_only=True)
@@ -191,16 +191,51 @@ def _start(rank: int, world: int, rundir: str, network: netns.EmulatedNetwork | 
                             start_new_session=True)
 
 
+#: a pause of the launcher's watch loop (it wakes every 50 ms) longer than this is a suspension, not load
+SUSPEND_GAP_S = 2.0
+
+
+class Suspension:
+    """How long the job was suspended as a whole: the launcher itself stopped (its watch loop paused) or every
+    live worker stopped (SIGSTOP, a scheduler's suspend, a cgroup freezer) at once; the longest such pause."""
+
+    def __init__(self):
+        self.longest, self._last, self._all_stopped_since = 0.0, time.monotonic(), None
+
+    def tick(self, procs: list[subprocess.Popen]) -> None:
+        now = time.monotonic()
+        gap = now - self._last if now - self._last > SUSPEND_GAP_S else 0.0
+        alive = [p for p in procs if p.poll() is None]
+        if alive and all(_stopped(p.pid) for p in alive):
+            self._all_stopped_since = self._all_stopped_since or now
+            gap = max(gap, now - self._all_stopped_since)
+        else:
+            self._all_stopped_since = None
+        self.longest, self._last = max(self.longest, gap), now
+
+    def explains(self, timeout_s: float | None, failed: list[int], rundir: str) -> bool:
+        """Whether a timeout after a suspension of at least the wait timeout explains the failure."""
+        timed_out = any(m in _traceback_of(rundir, r).lower() for r in failed for m in TIMEOUT_MARKERS)
+        return timeout_s is not None and timed_out and self.longest >= 0.9 * timeout_s
+
+
 def _watch(procs: list[subprocess.Popen], network, rundir: str, grace_s: float,
-           run_timeout_s: float | None) -> None:
+           run_timeout_s: float | None, timeout_s: float | None = None) -> None:
     start = time.monotonic()
+    suspension = Suspension()
     while True:
+        suspension.tick(procs)
         codes = [p.poll() for p in procs]
         failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
         if failed:
             down = network.hosts_down() if network is not None else []
             stalled = stalled_ranks(procs, failed, rundir)  # before they are stopped
             stop_workers(procs, grace_s)
+            if suspension.explains(timeout_s, failed, rundir) and not down:
+                raise LaunchError(f"the job was suspended for {suspension.longest:.0f}s as a whole (stopped and "
+                                  f"continued), longer than the {timeout_s:g}s a wait may block (--timeout): the "
+                                  "ranks' waits timed out when it continued, no rank failed; run again with a "
+                                  "larger --timeout (with --checkpoint the run resumes where it was)")
             if stalled and not down:
                 raise _stall_failure(stalled, failed, [p.returncode for p in procs], rundir)
             raise _failure(failed, [p.returncode for p in procs], rundir, network, down)

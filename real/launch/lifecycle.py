@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-CAUGHT = (signal.SIGINT, signal.SIGTERM)
+CAUGHT = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill/a scheduler, a closed terminal
 
 
 class Interrupted(KeyboardInterrupt):

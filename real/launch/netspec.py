@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from sarlab.data.validate_data import InputError
+
 #: rate suffixes (decimal, as ``tc`` and NIC vendors count) -> bits per second
 RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
 #: the shaper keeps time in whole bytes per second; above this the CPU, not the shaper, sets the pace here
@@ -25,11 +27,11 @@ def parse_rate(text: str) -> int:
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([a-zA-Z]+)\s*", text)
     if not m or m.group(2).lower() not in RATE_UNITS:
         units = ", ".join(RATE_UNITS)
-        raise ValueError(f"bad rate {text!r}: write a number and one of {units} (e.g. rate=200mbit); "
+        raise InputError(f"bad rate {text!r}: write a number and one of {units} (e.g. rate=200mbit); "
                          "rates are bits per second on the wire")
     bps = round(float(m.group(1)) * RATE_UNITS[m.group(2).lower()])
     if not MIN_RATE_BPS <= bps <= MAX_RATE_BPS:
-        raise ValueError(f"rate {text!r} is outside {format_rate(MIN_RATE_BPS)} .. {format_rate(MAX_RATE_BPS)}")
+        raise InputError(f"rate {text!r} is outside {format_rate(MIN_RATE_BPS)} .. {format_rate(MAX_RATE_BPS)}")
     return bps
 
 
@@ -64,25 +66,25 @@ class NetSpec:
             return cls()
         kind, _, rest = text.strip().partition(":")
         if kind != "veth":
-            raise ValueError(f"unknown network spec {text!r}: use loopback or veth:rate=200mbit[,hosts=H]")
+            raise InputError(f"unknown network spec {text!r}: use loopback or veth:rate=200mbit[,hosts=H]")
         options: dict[str, str] = {}
         for item in filter(None, rest.split(",")):
             key, eq, value = item.partition("=")
             if not eq or not value:
-                raise ValueError(f"bad option {item!r} in {text!r}: write key=value (rate=200mbit, hosts=2)")
+                raise InputError(f"bad option {item!r} in {text!r}: write key=value (rate=200mbit, hosts=2)")
             if key in options:
-                raise ValueError(f"option {key!r} given twice in {text!r}")
+                raise InputError(f"option {key!r} given twice in {text!r}")
             options[key.strip()] = value.strip()
         unknown = set(options) - {"rate", "hosts"}
         if unknown:
-            raise ValueError(f"unknown option(s) {', '.join(sorted(unknown))} in {text!r}; veth takes rate= and "
+            raise InputError(f"unknown option(s) {', '.join(sorted(unknown))} in {text!r}; veth takes rate= and "
                              "hosts=")
         if "rate" not in options:
-            raise ValueError(f"{text!r} needs a link rate: veth:rate=200mbit[,hosts=H]")
+            raise InputError(f"{text!r} needs a link rate: veth:rate=200mbit[,hosts=H]")
         hosts = 0
         if "hosts" in options:
             if not options["hosts"].isdigit() or not 1 <= int(options["hosts"]) <= MAX_HOSTS:
-                raise ValueError(f"hosts must be a whole number from 1 to {MAX_HOSTS}, got {options['hosts']!r}")
+                raise InputError(f"hosts must be a whole number from 1 to {MAX_HOSTS}, got {options['hosts']!r}")
             hosts = int(options["hosts"])
         return cls("veth", parse_rate(options["rate"]), hosts)
 
@@ -96,10 +98,10 @@ class NetSpec:
             return 1
         hosts = self.hosts or workers
         if workers % hosts:
-            raise ValueError(f"{workers} workers cannot be spread evenly over hosts={hosts}: use a number of hosts "
+            raise InputError(f"{workers} workers cannot be spread evenly over hosts={hosts}: use a number of hosts "
                              f"that divides {workers}")
         if hosts > MAX_HOSTS:
-            raise ValueError(f"{hosts} hosts: at most {MAX_HOSTS} emulated hosts (pass hosts=H to share them)")
+            raise InputError(f"{hosts} hosts: at most {MAX_HOSTS} emulated hosts (pass hosts=H to share them)")
         return hosts
 
     @property

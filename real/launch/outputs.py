@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
+from sarlab.data import staging
 from sarlab.data.validate_data import InputError
 from sarlab.real.launch.jobs import Fault
 from sarlab.training import checkpoint
@@ -31,38 +32,25 @@ class OutputError(InputError):
     """An output path cannot be written (checked before any compute), or a write at the end failed."""
 
 
-def _nearest_existing(path: str) -> str:
-    path = os.path.abspath(path)
-    while not os.path.exists(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    return path
-
-
 def _probe_dir(directory: str, what: str) -> None:
-    """Refuse unless a file can be created in ``directory`` (or in its nearest existing ancestor, where the
-    missing folders would be made): a real write, which also catches read-only mounts where ``os.access`` (and a
-    root user) would say yes."""
-    base = _nearest_existing(directory)
-    if not os.path.isdir(base):
-        raise OutputError(f"{what}: {base!r} is a file, so {directory!r} cannot be a directory")
     try:
-        fd, probe = tempfile.mkstemp(prefix=".sarlab-probe-", dir=base)
-    except OSError as err:
-        raise OutputError(f"{what}: cannot write into {base!r} ({err.strerror or err}); choose a writable "
-                          "location") from None
-    os.close(fd)
-    os.remove(probe)
+        staging.probe_writable(directory, what)
+    except InputError as err:
+        raise OutputError(str(err)) from None
 
 
 def check_output_file(path: str, kind: str, force: bool = False) -> None:
-    """Before any compute: ``path`` (option of ``kind``) has a known suffix, is not a directory, may be replaced
-    (see :func:`sarlab.training.checkpoint.check_target` for sarlab's own files) and its folder is writable."""
+    """Before any compute: ``path`` (option of ``kind``) is one a file system can hold
+    (:func:`sarlab.data.staging.check_path`), has a known suffix, is not a directory, may be replaced (a JSON file
+    only with ``force``; sarlab's own files: see :func:`sarlab.training.checkpoint.check_target`) and its folder is
+    writable."""
     what = OPTION[kind]
     if not isinstance(path, str) or not path:
         raise OutputError(f"{what} needs a file path, got {path!r}")
+    try:
+        staging.check_path(path, what)
+    except InputError as err:
+        raise OutputError(str(err)) from None
     if not path.endswith(SUFFIXES[kind]):
         raise OutputError(f"{what} {path!r}: the file must end in {' or '.join(SUFFIXES[kind])}")
     if os.path.isdir(path):
@@ -70,6 +58,9 @@ def check_output_file(path: str, kind: str, force: bool = False) -> None:
     if kind == "json":
         if os.path.islink(path):
             raise OutputError(f"{what} {path!r} is a link; give a file path")
+        if os.path.exists(path) and not force:
+            raise OutputError(f"{what} {path!r} already exists and this run did not write it; pass --force "
+                              "(force=True) to replace it, or choose another path")
     else:
         checkpoint.check_target(path, kind, force)
     _probe_dir(os.path.dirname(os.path.abspath(path)), f"{what} {path!r}")
@@ -87,7 +78,8 @@ def check_free_space(needs: list[tuple[str | None, int, str]], margin: float = 1
     for path, nbytes, what in needs:
         if not path or nbytes <= 0:
             continue
-        base = _nearest_existing(path if what == OPTION["checkpoint"] else os.path.dirname(os.path.abspath(path)))
+        folder = path if what == OPTION["checkpoint"] else os.path.dirname(os.path.abspath(path))
+        base = staging.nearest_existing(folder)
         entry = per_device.setdefault(os.stat(base).st_dev, [base, 0, []])
         entry[1] += nbytes
         entry[2].append(what)
@@ -133,6 +125,10 @@ class OutputPlan:
                 check_output_file(path, kind, force)
         self.resume_dir = None if resume == "auto" else resume
         if checkpoint_dir:
+            try:
+                staging.check_path(checkpoint_dir, "--checkpoint")
+            except InputError as err:
+                raise OutputError(str(err)) from None
             if os.path.islink(checkpoint_dir) or (os.path.exists(checkpoint_dir) and not os.path.isdir(checkpoint_dir)):
                 raise OutputError(f"checkpoint directory {checkpoint_dir!r} is a file or a link; choose a directory "
                                   "path")

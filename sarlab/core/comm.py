@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from sarlab.common.records import BACKENDS
+from sarlab.data.validate_data import InputError
 
 # message kinds, folded into the point-to-point tag so concurrent exchanges never match each other
 TAG_FEATURES, TAG_GRADS, TAG_HALO, TAG_HALO_GRADS = 1, 2, 3, 4
@@ -35,7 +36,10 @@ def check_backend(name: str) -> None:
     """Raise a clear one-line error when a backend is unknown or unusable here; for ``ccl``, build its extension
     now (once, cached) so that the workers find it ready."""
     if name not in BACKENDS:
-        raise ValueError(f"unknown backend {name!r}: choose one of {', '.join(BACKENDS)}")
+        raise InputError(f"unknown backend {name!r}: choose one of {', '.join(BACKENDS)}")
+    if name == "nccl":
+        raise InputError("backend 'nccl' moves tensors between GPUs, and this engine runs on CPUs: use --backend "
+                         "gloo (or ccl)")
     ccl_ok, ccl_why = _ccl_available()
     available = {
         "gloo": dist.is_gloo_available(),
@@ -52,7 +56,7 @@ def check_backend(name: str) -> None:
         }
         where = "" if name == "ccl" else " in this torch build"
         usable = [b for b in BACKENDS if available[b]]
-        raise RuntimeError(f"backend {name!r} is not available{where}: {hints[name]}. "
+        raise InputError(f"backend {name!r} is not available{where}: {hints[name]}. "
                            f"Available here: {', '.join(usable) or 'none'}")
     prepare_backend(name)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
+import zipfile
 
 import numpy as np
 
@@ -18,7 +19,7 @@ from sarlab.data.hetero import HETERO_TYPES, OGB_HETERO, hetero_graph, ogb_heter
 from sarlab.data.validate_data import InputError, integer_labels
 
 __all__ = ["Graph", "clean_edges", "parse_params", "load_graph", "synthetic_graph", "npz_graph", "ogb_graph",
-           "from_pyg", "hetero_graph", "ogb_missing_files", "ogb_needed_files"]
+           "from_pyg", "hetero_graph", "ogb_missing_files", "ogb_needed_files", "check_npz", "npz_sizes"]
 
 
 def _sorted_search(cum: np.ndarray, queries: np.ndarray) -> np.ndarray:
@@ -101,10 +102,94 @@ def npz_graph(path: str, seed: int = 0, train: float = 0.6, val: float = 0.2,
     ``cora [split: random, seed 0]``).
     """
     check_fractions(train, val)
-    arrays = read_npz(path)
+    check_npz(path)
+    try:
+        arrays = read_npz(path)
+    except InputError:
+        raise
+    except (ValueError, IndexError, TypeError, OverflowError) as err:  # what the checks above did not foresee
+        raise InputError(f"{path}: not a readable Cora-style npz ({err})") from None
     return from_scipy(arrays["adj"], arrays["features"], arrays["labels"], arrays["train_mask"], arrays["val_mask"],
                       arrays["test_mask"], name=os.path.splitext(os.path.basename(path))[0], undirected=undirected,
                       seed=seed, train=train, val=val)
+
+
+def npz_headers(path: str) -> dict[str, tuple[tuple, np.dtype]]:
+    """``{array: (shape, dtype)}`` of an npz file, read from the array headers without loading any data."""
+    if not os.path.isfile(path):
+        raise InputError(f"npz graph file not found: {path!r}")
+    out = {}
+    try:
+        with zipfile.ZipFile(path) as z:
+            for info in z.infolist():
+                with z.open(info) as f:
+                    major, _ = np.lib.format.read_magic(f)
+                    read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+                    shape, _, dtype = read(f)
+                out[info.filename.removesuffix(".npy")] = (tuple(shape), dtype)
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as err:
+        raise InputError(f"{path}: not an npz file of numpy arrays ({err}); write it with numpy.savez") from None
+    return out
+
+
+def _npz_small(path: str, name: str) -> np.ndarray:
+    with np.load(path, allow_pickle=False) as z:
+        return np.asarray(z[name])
+
+
+def check_npz(path: str) -> dict[str, tuple[tuple, np.dtype]]:
+    """Check a Cora-style npz before its arrays are loaded, naming the file and the array at fault: no object or
+    string arrays, integer index arrays, an ``adj_shape`` (and ``attr_shape``) that agrees with its row pointer,
+    column indices inside the matrix. Returns :func:`npz_headers`."""
+    heads = npz_headers(path)
+    for name, (_shape, dtype) in heads.items():
+        if dtype.hasobject:
+            raise InputError(f"{path}: array {name!r} holds Python objects (dtype object); sarlab reads plain "
+                             "numeric arrays only: save it with a numeric dtype")
+        if dtype.kind in "USV" and name != "format":
+            raise InputError(f"{path}: array {name!r} holds {'strings' if dtype.kind in 'US' else 'raw bytes'} "
+                             f"(dtype {dtype}); sarlab needs numbers: convert it to a numeric dtype")
+    for prefix in ("adj", "attr"):
+        if f"{prefix}_shape" not in heads or f"{prefix}_indptr" not in heads:
+            continue
+        shape = _npz_small(path, f"{prefix}_shape") if heads[f"{prefix}_shape"][0] in ((2,),) else None
+        if shape is None or shape.dtype.kind not in "iu" or (shape < 0).any():
+            raise InputError(f"{path}: array '{prefix}_shape' must be two non-negative integers (rows, columns), "
+                             f"got shape {heads[f'{prefix}_shape'][0]}")
+        rows, cols = int(shape[0]), int(shape[1])
+        ptr = heads[f"{prefix}_indptr"][0]
+        if ptr != (rows + 1,):
+            raise InputError(f"{path}: array '{prefix}_shape' says {rows} rows but '{prefix}_indptr' has "
+                             f"{ptr[0] if ptr else 0} entries ({rows + 1} expected); fix the shape or the matrix")
+        for key in (f"{prefix}_indices", f"{prefix}_indptr"):
+            if key in heads and heads[key][1].kind not in "iu":
+                raise InputError(f"{path}: array {key!r} must hold integers, got dtype {heads[key][1]}")
+        if f"{prefix}_indices" in heads and heads[f"{prefix}_indices"][0][0:1] != (0,):
+            idx = _npz_small(path, f"{prefix}_indices")
+            if idx.min() < 0 or idx.max() >= cols:
+                bad = int(idx.min()) if idx.min() < 0 else int(idx.max())
+                raise InputError(f"{path}: array '{prefix}_indices' holds {bad}, outside the {cols} columns that "
+                                 f"'{prefix}_shape' declares; fix the index or the shape")
+    if "adj_shape" in heads and "adj_indptr" in heads:
+        rows, cols = (int(v) for v in _npz_small(path, "adj_shape"))
+        if rows != cols:
+            raise InputError(f"{path}: array 'adj_shape' is {rows} x {cols}; an adjacency matrix is square")
+    return heads
+
+
+def npz_sizes(path: str) -> dict:
+    """``nodes``, ``edges`` (made undirected), ``features`` and ``classes`` (not read: 16) a Cora-style npz declares,
+    from its headers (:func:`check_npz`), before any array is loaded."""
+    heads = check_npz(path)
+    if "adj_shape" not in heads or "adj_data" not in heads:
+        return None
+    nodes = int(_npz_small(path, "adj_shape")[0])
+    if "attr_shape" in heads:
+        features = int(_npz_small(path, "attr_shape")[1])
+    else:
+        shape = heads.get("attr_matrix", ((0, 0), None))[0]
+        features = int(shape[1]) if len(shape) == 2 else 1
+    return {"nodes": nodes, "edges": 2 * int(np.prod(heads["adj_data"][0])), "features": features, "classes": 16}
 
 
 def ogb_needed_files(meta: dict) -> tuple[list[str], list[str], list[str], str]:

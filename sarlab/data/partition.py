@@ -29,20 +29,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sarlab.data import validate_data as checks
 from sarlab.data.graphs import Graph
-from sarlab.data.validate_data import (
-    InputError,
-    check_class_count,
-    check_graph,
-    check_manifest_fields,
-    check_part_arrays,
-)
+from sarlab.data.staging import check_free, check_path, probe_writable, staging_dir
+from sarlab.data.validate_data import InputError
 
 FORMAT_VERSION = 1
 PART_ARRAYS = ("features", "labels", "train_mask", "val_mask", "test_mask", "orig_ids", "edge_src", "edge_dst",
                "edge_ptr", "recv_rows", "recv_ptr", "send_rows", "send_ptr")
 #: the extra arrays of a typed (heterogeneous) graph's parts: node type per row, relation per in-edge
 TYPED_ARRAYS = ("node_type", "edge_type")
+#: name prefix of the staging directory a partition is written into beside its target (``.partition-<pid>-*``)
+STAGING_PREFIX = ".partition-"
 
 
 class PartitionError(InputError):
@@ -94,7 +92,8 @@ def assign_parts(graph: Graph, num_parts: int, method: str = "metis", seed: int 
     return parts
 
 
-def _sha256(path: str) -> str:
+def file_sha256(path: str) -> str:
+    """The sha256 hex digest of a file (read in 4 MiB blocks)."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
@@ -142,8 +141,11 @@ def check_output_dir(out_dir: str, force: bool = False) -> str:
     ``"replace"`` (a sarlab partition, and ``force``); anything else raises :class:`PartitionError`.
 
     Nothing sarlab did not write is ever deleted: a file, a link, a non-empty directory that is not a sarlab
-    partition, or a partition holding other files, is refused even with ``force``.
+    partition, or a partition holding other files, is refused even with ``force``. The path must be one a file
+    system can hold and its nearest existing folder writable (:mod:`sarlab.data.staging`).
     """
+    check_path(out_dir, "output directory")
+    probe_writable(os.path.dirname(os.path.abspath(out_dir)), f"output directory {out_dir!r}")
     if os.path.islink(out_dir):
         raise PartitionError(f"output {out_dir!r} is a symbolic link; give the directory itself or a new path")
     if not os.path.exists(out_dir):
@@ -173,7 +175,7 @@ def _install(tmp: str, out_dir: str, force: bool) -> None:
         os.replace(tmp, out_dir)  # rename(2) also replaces an empty directory
         return
     parent = os.path.dirname(os.path.abspath(out_dir))
-    old = tempfile.mkdtemp(prefix=".partition-old-", dir=parent)
+    old = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-old-", dir=parent)
     os.replace(out_dir, old)
     try:
         os.replace(tmp, out_dir)
@@ -192,8 +194,13 @@ def write_partition(graph: Graph, parts: np.ndarray, out_dir: str, source: str =
     (see :func:`check_output_dir`).
     """
     check_output_dir(out_dir, force)
-    check_graph(graph)
+    checks.check_graph(graph)
     return _write_checked(graph, parts, out_dir, source, method, seed, progress, force)
+
+
+def _written_bytes(graph: Graph, halo_rows: int) -> int:
+    """Bytes a partition of ``graph`` takes on disk: its node arrays, int64 in-edges, halo and send lists."""
+    return int(graph.features.nbytes + graph.num_nodes * (8 + 8 + 3) + graph.num_edges * 16 + halo_rows * 16)
 
 
 def _write_checked(graph: Graph, parts: np.ndarray, out_dir: str, source: str, method: str, seed: int, progress,
@@ -228,8 +235,8 @@ def _write_checked(graph: Graph, parts: np.ndarray, out_dir: str, source: str, m
     halo_rows = [[0 if q == p else int(recv[p][q].size) for q in range(num_parts)] for p in range(num_parts)]
 
     parent = os.path.dirname(os.path.abspath(out_dir)) or "."
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".partition-", dir=parent)
+    check_free(parent, _written_bytes(graph, sum(map(sum, halo_rows))), f"partition {out_dir!r}")
+    tmp = staging_dir(parent, STAGING_PREFIX)  # .partition-<pid>-*: a killed run's is swept by the next one
     files = {}
     try:
         for p in range(num_parts):
@@ -264,7 +271,7 @@ def _write_checked(graph: Graph, parts: np.ndarray, out_dir: str, source: str, m
             for name, arr in arrays.items():
                 rel = f"part{p}/{name}.npy"
                 np.save(os.path.join(tmp, rel), np.ascontiguousarray(arr), allow_pickle=False)
-                files[rel] = _sha256(os.path.join(tmp, rel))
+                files[rel] = file_sha256(os.path.join(tmp, rel))
             if progress:
                 progress(f"wrote part {p + 1}/{num_parts}")
         manifest = {
@@ -316,7 +323,7 @@ def partition(graph: Graph, num_parts: int, out_dir: str, method: str = "metis",
     before any compute; see :func:`check_output_dir`).
     """
     check_output_dir(out_dir, force)
-    check_graph(graph)
+    checks.check_graph(graph)
     t0 = time.perf_counter()
     parts = assign_parts(graph, num_parts, method, seed)
     if progress:
@@ -356,7 +363,7 @@ def load_manifest(path: str) -> dict:
                              "content); re-create the partition rather than editing the manifest")
     _check_confined(manifest, mpath)  # before anything is looked up by those names
     try:
-        check_manifest_fields(manifest, PART_ARRAYS, mpath)
+        checks.check_manifest_fields(manifest, PART_ARRAYS, mpath)
     except InputError as err:
         raise PartitionError(str(err)) from None
     return manifest
@@ -385,7 +392,7 @@ def verify_files(path: str, manifest: dict, parts: list[int] | None = None) -> N
         full = os.path.join(path, rel)
         if not os.path.isfile(full):
             raise PartitionError(f"partition file missing: {full}; re-create the partition")
-        if _sha256(full) != digest:
+        if file_sha256(full) != digest:
             raise PartitionError(f"partition file corrupt (sha256 mismatch): {full}; re-create the partition")
 
 
@@ -424,7 +431,7 @@ def load_part(path: str, part: int, manifest: dict | None = None, verify: bool =
         except (OSError, ValueError) as err:
             raise PartitionError(f"partition file unreadable: {full} ({err}); re-create the partition") from err
     try:
-        check_part_arrays(arrays, manifest, part, f"{path} part {part}")
+        checks.check_part_arrays(arrays, manifest, part, f"{path} part {part}")
     except InputError as err:
         raise PartitionError(str(err)) from None
     start, end = manifest["node_ranges"][part]
@@ -454,7 +461,7 @@ def check_partition(path: str, manifest: dict | None = None) -> dict:
         raise PartitionError(f"{path}: the parts hold {train} train nodes, the manifest says "
                              f"{manifest['train_nodes']}; re-create the partition")
     try:
-        check_class_count(np.unique(np.concatenate(labels)), manifest["num_classes"], path)
+        checks.check_manifest_classes(np.unique(np.concatenate(labels)), manifest, path)
     except InputError as err:
         raise PartitionError(str(err)) from None
     return manifest

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 
 import numpy as np
 
@@ -130,6 +131,24 @@ def check_class_count(labels: np.ndarray, num_classes: int, where: str) -> None:
                          f"{int(used[-1]) if used.size else -1}, which makes a {num_classes}-class model with "
                          f"{unused} empty classes; largest labels {top}: fix the outlier label(s) or renumber the "
                          "classes 0..C-1")
+
+
+def check_manifest_classes(labels: np.ndarray, manifest: dict, where: str) -> None:
+    """A partition's ``num_classes`` is the one its labels make (largest label + 1), as sarlab wrote it; a larger
+    count is kept only where the source spec asked for it (``synthetic:...,classes=C`` whose top classes drew no
+    node), so a consistent hand edit of the manifest cannot make a model with classes no node has.
+
+    Args:
+        labels: the distinct labels of every part. manifest: the partition's manifest. where: its path.
+    """
+    num_classes = int(manifest["num_classes"])
+    check_class_count(labels, num_classes, where)
+    made = int(labels.max()) + 1 if labels.size and labels.max() >= 0 else 0
+    declared = (f"classes={num_classes}" in re.split(r"[:,\s]+", str(manifest.get("source", "")))
+                or re.search(rf"-c{num_classes}(-|$)", str(manifest.get("graph", ""))) is not None)  # synthetic names
+    if num_classes != made and not (num_classes > made and declared):
+        raise InputError(f"{where}: manifest.json says num_classes {num_classes} but the labels make {made} "
+                         f"(largest label {made - 1}); the manifest was edited: re-create the partition")
 
 
 def check_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, where: str) -> None:

@@ -16,7 +16,6 @@ else; see :func:`check_target`).
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import socket
 import tempfile
@@ -25,6 +24,8 @@ from dataclasses import asdict, is_dataclass
 import numpy as np
 import torch
 
+from sarlab.data.partition import file_sha256
+from sarlab.data.staging import sweep_stale
 from sarlab.data.validate_data import InputError
 from sarlab.nn.model import GNN, ModelConfig
 
@@ -135,12 +136,14 @@ def atomic_write(path: str, write, before_rename=None, prefix: str | None = None
     Args:
         path: the file to write. write: called with the open temporary file (``w+b``).
         before_rename: called with the temporary file's sha256 hex digest between the fsync and the rename.
-        prefix: the temporary file's name prefix (default ``.<name>-``; checkpoints use ``.checkpoint-``, which
-            the next run sweeps when a killed write left one).
+        prefix: the temporary file's name prefix (default ``.<name>-``; checkpoints use ``.checkpoint-``); the
+            pid follows it (``.<name>-<pid>-*.tmp``), so the next write sweeps what a killed one left.
     """
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=prefix or f".{os.path.basename(path)}-", suffix=".tmp", dir=parent)
+    prefix = prefix or f".{os.path.basename(path)}-"
+    sweep_stale(parent, prefix)
+    fd, tmp = tempfile.mkstemp(prefix=f"{prefix}{os.getpid()}-", suffix=".tmp", dir=parent)
     try:
         with os.fdopen(fd, "w+b") as f:
             write(f)
@@ -158,15 +161,6 @@ def atomic_write(path: str, write, before_rename=None, prefix: str | None = None
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-
-
-def file_sha256(path: str) -> str:
-    """The sha256 hex digest of a file."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _write_sums(directory: str, digests: list[str]) -> None:
