@@ -37,7 +37,7 @@ from sarlab.data.partition import is_partition_dir, load_manifest, partition, re
 from sarlab.data.validate_data import InputError, check_int
 from sarlab.nn.model import GNN, ModelConfig
 from sarlab.real.launch import custom_model, outputs, sizing
-from sarlab.real.launch.jobs import Fault, Job
+from sarlab.real.launch.jobs import Fault, Job, check_run_args
 from sarlab.real.launch.launcher import launch, preflight
 from sarlab.real.launch.netspec import NetSpec
 from sarlab.real.launch.prepare import prepare_partition, progress
@@ -225,6 +225,7 @@ def _run(graph, *, workers, model, model_fn, train, epochs, engine, sampling, ne
     cfg = _model_config(model)
     train = train or TrainConfig()
     if epochs is not None:
+    check_run_args(dict(locals()))  # TypeError/ValueError naming the argument, before anything starts
         train = dataclasses.replace(train, epochs=epochs)
     engine = engine or EngineConfig()
     net = NetSpec.parse(net)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from sarlab.common.log import is_quiet
 from sarlab.common.records import describe
@@ -135,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         records = result.records.to_dict("records")
         if records:
             print(describe(records))
+        first = min((r["epoch"] for r in records), default=0)
+        if a.json and first > 0:  # a resumed run: say what --json holds
+            print(f"note: --json holds the epochs of this start ({first + 1}..{a.epochs}); the run resumed after "
+                  f"epoch {first}, and rank 0's earlier records are the checkpoint's history", file=sys.stderr)
         try:
             write_json(a.json, records)
         except OSError as err:

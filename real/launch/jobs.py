@@ -1,6 +1,7 @@
 """What a worker is asked to do: a frozen description shipped to every rank."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from sarlab.core.config import EngineConfig, SamplingConfig
@@ -111,3 +112,48 @@ class Job:
     def all_variants(self) -> tuple:
         """``(ModelConfig, EngineConfig, dtype)`` triples a verify job runs (default: the job's own)."""
         return self.variants or ((self.model, self.engine, self.train.dtype),)
+
+
+def _expect(name: str, value, types: tuple, what: str) -> None:
+    if not isinstance(value, types) or (bool not in types and isinstance(value, bool) and int in types):
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r}")
+
+
+def check_run_args(args: dict) -> None:
+    """The keyword arguments of :func:`sarlab.run`, checked before anything starts: a ``TypeError`` or ``ValueError``
+    naming the argument (an :class:`~sarlab.data.validate_data.InputError` is a ``ValueError``).
+
+    Args:
+        args: ``{name: value}`` of the arguments given (the ones absent keep their defaults).
+    """
+    def optional(name: str, types: tuple, what: str) -> None:
+        if args.get(name) is not None:
+            _expect(name, args[name], types, what)
+
+    optional("workers", (int,), "an int (local worker processes)")
+    optional("epochs", (int,), "an int")
+    for name in ("partition_dir", "checkpoint_dir", "resume_dir", "save_model", "predict_path"):
+        optional(name, (str, os.PathLike), "a path (str)")
+    for name in ("predict", "force", "quiet", "cache"):
+        optional(name, (bool,), "True or False")
+    for name in ("method", "backend", "memory", "label"):
+        optional(name, (str,), "a str")
+    optional("train", (TrainConfig,), "a TrainConfig")
+    optional("engine", (EngineConfig,), "an EngineConfig")
+    optional("sampling", (SamplingConfig,), "a SamplingConfig or None")
+    optional("fault", (Fault,), "a Fault (Fault.parse('RANK:EPOCH:KIND')) or None")
+    for name in ("on_partition", "model_fn"):
+        if args.get(name) is not None and not callable(args[name]):
+            raise TypeError(f"{name} must be callable, got {type(args[name]).__name__}")
+    for name, minimum in (("workers", 1), ("epochs", 1), ("threads", 0), ("checkpoint_every", 0), ("port", 0)):
+        if args.get(name) is not None:
+            check_int(name, args[name], minimum)
+    if args.get("port") is not None and args["port"] > 65535:
+        raise InputError(f"port must be 0..65535 (0: any free port), got {args['port']!r}")
+    for name in ("timeout_s", "run_timeout_s"):
+        if args.get(name) is not None:
+            check_real(name, args[name], 0.0, inclusive=False)
+    if args.get("method") is not None and args["method"] not in ("metis", "random"):
+        raise InputError(f"method must be 'metis' or 'random', got {args['method']!r}")
+    if args.get("memory") is not None and args["memory"] not in MEMORY_METHODS:
+        raise InputError(f"memory must be one of {', '.join(MEMORY_METHODS)}, got {args['memory']!r}")

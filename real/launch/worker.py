@@ -112,7 +112,7 @@ def _inject(job: Job, rank: int, epoch: int) -> None:
     if fault.kind == "cut":  # this host's link goes down; the epoch goes on and finds nobody to talk to
         dev = os.environ.get("GLOO_SOCKET_IFNAME", "eth0")
         subprocess.run(["ip", "link", "set", "dev", dev, "down"], check=True, capture_output=True)
-        _log.warning("rank %d: link %s cut at epoch %d (injected fault)", rank, dev, epoch)
+        _log.warning("rank %d: link %s cut at epoch %d (injected fault)", rank, dev, epoch + 1)
         return
     raise RuntimeError(f"injected fault on rank {rank} at epoch {epoch + 1}")
 
@@ -195,8 +195,8 @@ def _train(job: Job, trainer: Trainer, baseline: int, manifest: dict, mem_method
         payload = checkpoint.load_checkpoint(job.resume_dir)
         start, history = checkpoint.restore(trainer, payload, facts), list(payload.get("history") or [])
     for epoch in range(start, job.train.epochs):
+        _progress(epoch + 1)  # before a fault fires: the launcher names the epoch it fired in, as progress counts
         _inject(job, rank, epoch)
-        _progress(epoch + 1)
         rec = trainer.step(epoch, baseline)
         rec.update(extra, peak_vmhwm_bytes=memory.vmhwm_bytes())  # the RSS peak too, whatever the method
         records.append(rec)
