@@ -222,10 +222,10 @@ def _run(graph, *, workers, model, model_fn, train, epochs, engine, sampling, ne
          force, backend, timeout_s, run_timeout_s, threads, port, memory, label, quiet, fault, checkpoint_dir,
          checkpoint_every, resume_dir, save_model, predict_path, on_partition, log, cache) -> RunResult:
     """:func:`run` with ``log`` a callable."""
+    check_run_args(dict(locals()))  # TypeError/ValueError naming the argument, before anything starts
     cfg = _model_config(model)
     train = train or TrainConfig()
     if epochs is not None:
-    check_run_args(dict(locals()))  # TypeError/ValueError naming the argument, before anything starts
         train = dataclasses.replace(train, epochs=epochs)
     engine = engine or EngineConfig()
     net = NetSpec.parse(net)
