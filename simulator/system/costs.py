@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from sarlab.simulator.hardware.host import colocation_eff
 from sarlab.simulator.hardware.profile import OP_UNITS, Profile
 from sarlab.simulator.workload.ops import Number, Op
 
@@ -64,19 +65,21 @@ class CostModel:
         return t * self.slowdown
 
     def share_eff(self, ops: Iterable[Op], slots: float) -> float:
-        """Efficiency of each extra co-located process for a mix of ops (see
+        """Efficiency of each extra co-located rank (of this model's threads) for a mix of ops (see
         :class:`sarlab.simulator.network.network.SharedCores`).
 
-        With ``S = slots`` processes running the same mix at once, op ``i`` of solo time ``t_i`` runs at
+        With ``S = slots`` ranks running the same mix at once, op ``i`` of solo time ``t_i`` runs at
         ``s_i = 1 + (S-1) eta_i`` over ``S`` of its solo speed, so the mix runs at
-        :math:`\\rho = \\sum t_i / \\sum (t_i S / s_i)` and its efficiency is :math:`(S \\rho - 1)/(S - 1)`.
+        :math:`\\rho = \\sum t_i / \\sum (t_i S / s_i)` and its efficiency is :math:`(S \\rho - 1)/(S - 1)`;
+        ``eta_i`` is the family's co-location efficiency of ``S`` ranks of ``T`` threads
+        (:func:`sarlab.simulator.hardware.host.colocation_eff`).
         """
         if slots <= 1:
             return 1.0
         solo = shared = 0.0
         for op in ops:
             t = float(np.sum(self.op_seconds(op)))
-            eta = self.profile.op(op.family).process_eff
+            eta = colocation_eff(self.profile.op(op.family), int(round(slots)), self.threads)
             solo += t
             shared += t * slots / (1.0 + (slots - 1.0) * eta)
         if solo <= 0.0 or shared <= 0.0:

@@ -17,6 +17,7 @@ from dataclasses import replace
 import numpy as np
 import simpy
 
+from sarlab.simulator.hardware.host import spread_sigma
 from sarlab.simulator.hardware.profile import Profile
 from sarlab.simulator.network.network import NETWORKS, SharedCores
 from sarlab.simulator.system import lockstep
@@ -26,7 +27,6 @@ from sarlab.simulator.system.pricing import EpochPricing
 from sarlab.simulator.system.result import EpochResult
 from sarlab.simulator.system.runspec import RunSpec, resolve_placement
 from sarlab.simulator.system.schedule import Schedule
-from sarlab.simulator.system.spread import sigma_for
 from sarlab.simulator.workload.model import ModelSpec
 from sarlab.simulator.workload.workload import PartitionStats
 
@@ -58,8 +58,9 @@ class EpochModel:
                 "the lockstep executor needs one worker per host (or all on one host), no shared cores, the "
                 "reserve network and no trace; use executor='events'"
             )
-        # uneven progress of the host's time-shared workers (sarlab.simulator.system.spread; 0 without a measured table)
-        self.spread = sigma_for(profile.progress_spread, self.placement.workers_per_host)
+        # uneven progress of time-shared ranks (sarlab.simulator.hardware.host; 0 where they leave cores free)
+        self.spread = spread_sigma(profile.progress_spread, self.placement.workers_per_host, self.placement.threads,
+                                   profile.cores_per_host)
         self.pricing = EpochPricing(stats, model, run, profile, self.placement, scale_bytes, vector=self.lockstep)
 
     def run(self) -> EpochResult:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from sarlab.simulator.hardware.host import colocation_eff
 from sarlab.simulator.hardware.profile import Profile
 from sarlab.simulator.system.costs import CostModel
 from sarlab.simulator.system.runspec import Placement, RunSpec
@@ -203,7 +204,8 @@ class EpochPricing:
         # costs are those of the ranks sharing a host's cores (an emulated network's hosts all share this machine's)
         per_message, per_byte = profile.comm_cpu(placement.workers_per_host)
         self.copy_s_per_byte = per_byte if placement.core_slots is not None else 0.0
-        self.copy_eta = profile.op("elementwise").process_eff
+        running = min(placement.workers_per_host, placement.core_slots or 1)
+        self.copy_eta = colocation_eff(profile.op("elementwise"), running, placement.threads)
         self.copy_s_per_message = per_message if placement.core_slots is not None else 0.0
 
     def _part(self, value: Any) -> Any:
@@ -329,7 +331,8 @@ class EpochPricing:
     def _share_etas(self) -> dict[tuple, float]:
         """Co-located process efficiency (:meth:`CostModel.share_eff`) of every kind of compute segment,
         keyed like the first two fields of :class:`Interval` ``what`` (op mixes of an average part)."""
-        st, S, b, c = self.stats, float(self.placement.core_slots or 1), self.b, self.stats.num_classes
+        st, b, c = self.stats, self.b, self.stats.num_classes
+        S = float(min(self.placement.workers_per_host, self.placement.core_slots or 1))  # ranks computing at once
         n = float(st.nodes_per_part.mean())
         E = st.edges_per_shard.astype(np.float64)
         e_local = float(np.diag(E).mean())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sarlab.simulator.hardware.host import CROWDED, colocation_eff, regime, running_ranks
 from sarlab.simulator.hardware.profile import Profile
 from sarlab.simulator.network.network import NETWORKS
 
@@ -29,8 +30,8 @@ class RunSpec:
             machine (``veth:rate=R,hosts=H``) have ``N / H`` workers per NIC, all of them on one host's cores.
         shared_cores: model a host's workers competing for its cores and memory system (processor
             sharing, :class:`sarlab.simulator.network.network.SharedCores`, with ``cores // threads`` slots); ``None`` =
-            when the host is oversubscribed or its co-located processes interfere (a profile ``share_eff``
-            below 1).
+            when the host is crowded or its co-located ranks interfere (a co-location efficiency below 1, the
+            host model of :mod:`sarlab.simulator.hardware.host`).
         trace: record Gantt intervals, transfers and memory timelines (slower).
         network: NIC channel discipline, ``reserve`` (fast) or ``simpy`` (``simpy.Resource``), see
             :mod:`sarlab.simulator.network.network`.
@@ -84,8 +85,9 @@ def resolve_placement(profile: Profile, workers: int, run: RunSpec) -> Placement
     wph = profile.workers_per_host if run.workers_per_host is None else run.workers_per_host
     wph = workers if wph <= 0 else min(wph, workers)
     threads = run.threads if run.threads is not None else max(1, profile.cores_per_host // wph)
-    oversubscribed = wph * threads > profile.cores_per_host
-    interfere = wph > 1 and any(profile.op(name).process_eff < 1.0 for name in profile.ops)
+    oversubscribed = regime(wph, threads, profile.cores_per_host) == CROWDED
+    running = running_ranks(wph, threads, profile.cores_per_host)
+    interfere = wph > 1 and any(colocation_eff(profile.op(name), running, threads) < 1.0 for name in profile.ops)
     shared = (oversubscribed or interfere) if run.shared_cores is None else run.shared_cores
     slots = max(1, int(profile.cores_per_host // max(threads, 1))) if shared else None
     wpn = wph if run.workers_per_nic is None else max(1, min(run.workers_per_nic, workers))
