@@ -35,6 +35,7 @@ from sarlab.data.convert import to_graph
 from sarlab.data.graphs import Graph, load_graph
 from sarlab.data.partition import is_partition_dir, load_manifest, partition, report
 from sarlab.data.validate_data import InputError, check_int
+from sarlab.nn import pyg
 from sarlab.nn.model import GNN, ModelConfig
 from sarlab.real.launch import custom_model, outputs, sizing
 from sarlab.real.launch.jobs import Fault, Job, check_run_args
@@ -140,6 +141,8 @@ def _check_model_fn(model_fn: Callable, manifest: dict, cfg: ModelConfig, train:
     """Build the user's model once here (clear errors before any worker starts); returns its ``cfg``."""
     in_dim = manifest["feature_dim"] + (manifest["num_classes"] if train.label_aug else 0)
     module = custom_model.build(model_fn, in_dim, manifest["num_classes"], cfg.seed, train.dtype)
+    if pyg.is_pyg_model(module):
+        pyg.attach(module).remove()  # a layer that cannot run exactly on shards is refused here, in one line
     return custom_model.config_of(module, cfg.seed)
 
 

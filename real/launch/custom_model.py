@@ -10,6 +10,7 @@ script's ``__main__`` reaches the worker processes. Every rank calls it under th
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import sys
@@ -23,6 +24,7 @@ import torch
 from torch import nn
 
 from sarlab.data.validate_data import InputError
+from sarlab.nn import pyg
 from sarlab.training.trainer import DTYPES, Trainer
 
 
@@ -71,7 +73,8 @@ def pack(model_fn: Callable) -> bytes:
     if module is not None:
         cloudpickle.register_pickle_by_value(module)
     try:
-        return cloudpickle.dumps(model_fn)
+        with _without_pyg_templates({"__main__"} | ({module.__name__} if module is not None else set())):
+            return cloudpickle.dumps(model_fn)
     except Exception as err:
         raise InputError(f"model_fn cannot be shipped to the workers: pickling it failed ({err.__class__.__name__}: "
                          f"{err}); build unpicklable things (open files, locks, process groups) inside it") from err
@@ -80,9 +83,56 @@ def pack(model_fn: Callable) -> bytes:
             cloudpickle.unregister_pickle_by_value(module)
 
 
+#: what PyG's first instance of a class generates into it: (method, its collect helper)
+_PYG_TEMPLATED = (("propagate", "collect"), ("edge_updater", "edge_collect"))
+
+
+@contextlib.contextmanager
+def _without_pyg_templates(modules: set):
+    """PyG's ``MessagePassing`` subclasses defined in ``modules`` (shipped by value) without the methods PyG
+    generated into their class on first use (``propagate`` from a module a worker cannot import), for the
+    pickling; restored afterwards. Each worker's PyG generates its own on first use."""
+    from torch_geometric.nn.conv import MessagePassing
+
+    saved, pending = [], list(MessagePassing.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        if cls.__module__ not in modules:
+            continue
+        for base, helper in _PYG_TEMPLATED:
+            keys = [k for k in (base, f"_orig_{base}", f"_jinja_{base}", helper) if k in cls.__dict__]
+            if f"_orig_{base}" not in keys:
+                continue
+            values = {k: cls.__dict__[k] for k in keys}
+            saved.append((cls, values))
+            for k in keys:
+                delattr(cls, k)
+            if getattr(cls, base) is not values[f"_orig_{base}"]:
+                setattr(cls, base, values[f"_orig_{base}"])
+    try:
+        yield
+    finally:
+        for cls, values in reversed(saved):
+            for k, v in values.items():
+                setattr(cls, k, v)
+
+
 def unpack(blob: bytes) -> Callable:
-    """The model function :func:`pack` packed."""
-    return cloudpickle.loads(blob)
+    """The model function :func:`pack` packed; its defining module, when this process cannot import it (it came
+    by value), is registered as a stand-in holding the function's globals: PyG's ``MessagePassing`` reads
+    ``sys.modules[cls.__module__]`` to resolve its methods' type hints."""
+    model_fn = cloudpickle.loads(blob)
+    name = getattr(model_fn, "__module__", None)
+    if name and name not in sys.modules:
+        functions = [model_fn] + [v for v in vars(model_fn).values() if inspect.isfunction(v)] \
+            if isinstance(model_fn, type) else [model_fn]
+        stand_in = ModuleType(name)
+        for function in functions:
+            stand_in.__dict__.update(getattr(function, "__globals__", {}))
+        stand_in.__name__ = name
+        sys.modules[name] = stand_in
+    return model_fn
 
 
 def _wants_dims(model_fn: Callable) -> bool:
@@ -164,7 +214,9 @@ def install(trainer: Trainer, model_fn: Callable, seed: int) -> None:
     in_dim = trainer.part.feature_dim + (trainer.part.num_classes if cfg.label_aug else 0)
     module = build(model_fn, in_dim, trainer.part.num_classes, seed, cfg.dtype)
     module.cfg = config_of(module, seed)
-    if not _takes_epoch(module):
+    if pyg.is_pyg_model(module):  # forward(x, edge_index[, edge_type]): propagate runs over the shards
+        pyg.attach(module)
+    elif not _takes_epoch(module):
         module.register_forward_pre_hook(_graph_and_x)
     trainer.model = module
     trainer.params = list(module.parameters())
