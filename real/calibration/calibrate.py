@@ -3,11 +3,12 @@
 
 The steps, in order (each a :func:`sarlab.real.calibration.harness.quiet_step`):
 
-1. every op family on one thread and on all cores (:mod:`sarlab.real.calibration.opbench`,
-   :mod:`sarlab.real.calibration.gatbench`): rate, per-call overhead, row rate, backward ratio, thread
-   efficiency;
-2. co-located single-thread processes, one and ``C`` at once
-   (:func:`sarlab.real.calibration.hostbench.bench_share`);
+1. every op family on one thread, then its slowest shape at 1, 2, 4, ... and all ``C`` cores
+   (:mod:`sarlab.real.calibration.opbench`, :mod:`sarlab.real.calibration.gatbench`): rate, per-call overhead, row
+   rate, backward ratio, the thread speed-ups at the counts runs use (``OpCost.speedups``);
+2. co-located ranks of ``T`` threads, one alone and ``C / T`` at once, for ``T`` = 1, ``C/4`` and ``C/2``
+   (:func:`sarlab.real.calibration.hostbench.bench_share`; ``share_eff`` and ``OpCost.colocation``, read by the
+   host model :mod:`sarlab.simulator.hardware.host`);
 3. the allocator and the memory an op family adds on first use (:mod:`sarlab.real.calibration.hostbench`);
 4. gloo point-to-point between two local processes (:func:`sarlab.real.calibration.hostbench.bench_network`),
    then the software cost of posting and waiting for messages on 2, 4 and 8 local ranks
@@ -42,6 +43,7 @@ import torch
 
 from sarlab.common.machine import cpu_model, load_averages, today, usable_cores
 from sarlab.core.memory import tune_malloc
+from sarlab.real.calibration.budget import busy_warning, op_seconds, step_seconds
 from sarlab.real.calibration.engine_runs import bench_engine
 from sarlab.real.calibration.gatbench import bench_gat_autograd, bench_gat_fused, bench_gat_unfused
 from sarlab.real.calibration.harness import jsonable, quiet_step, set_threads
@@ -51,9 +53,11 @@ from sarlab.real.calibration.hostbench import (
     bench_messages,
     bench_network,
     bench_share,
+    colocation_threads,
     message_worlds,
+    share_seconds,
 )
-from sarlab.real.calibration.opbench import bench_elementwise, bench_gemm, bench_max, bench_spmm
+from sarlab.real.calibration.opbench import bench_elementwise, bench_gemm, bench_max, bench_spmm, thread_counts
 from sarlab.real.calibration.progressbench import ROWS, spread_table
 from sarlab.simulator.calibration.calibration import Calibration, Findings
 from sarlab.simulator.calibration.fitting import fit_message_costs
@@ -87,11 +91,15 @@ def _measure_ops(cal: Calibration, found: Findings, cores: int, steps_total: int
     else:
         found.notes.append("fused GAT not measured (disabled); the simulator falls back to the unfused costs")
     ops: dict[str, OpCost] = {}
+    counts = ", ".join(map(str, thread_counts(cores)))
     for i, (op_name, fn) in enumerate(steps, start=1):
         t0 = time.perf_counter()
-        log(f"[calibrate {i}/{steps_total}] {op_name} ...")
+        log(f"[calibrate {i}/{steps_total}] {op_name} at {counts} threads "
+            f"(expected ~{op_seconds(cal, cores):.0f} s) ...")
         cost = quiet_step(cal, found, op_name, fn)
         if cost is not None:
+            measured = found.raw.get("thread_speedups", {}).get(op_name, [])
+            cost = replace(cost, speedups=tuple((float(t), max(0.1, float(s))) for t, s in measured))
             ops[op_name] = cost
             row = f", row {cost.row_rate:.3g}/s" if cost.row_rate else ""
             log(
@@ -100,18 +108,36 @@ def _measure_ops(cal: Calibration, found: Findings, cores: int, steps_total: int
                 f"({time.perf_counter() - t0:.1f}s)"
             )
     if cal.quick or cores <= 1:
-        found.notes.append("share_eff not measured (quick or one core): co-located processes use parallel_eff")
+        found.notes.append("co-location not measured (quick or one core): the host model derives it from the "
+                           "thread speed-ups")
         return ops
-    log(f"    co-located processes: sharebench, one alone and beside {cores - 1} more in adjacent windows ...")
-    try:
-        shares = quiet_step(cal, found, "share", lambda: bench_share(cal, found, cores))
-    except (subprocess.SubprocessError, OSError, ValueError, RuntimeError, KeyError) as err:
-        shares = {}
-        found.notes.append(f"share_eff not measured ({type(err).__name__}: {err})")
-    for family, eta in shares.items():
-        if family in ops:
-            ops[family] = replace(ops[family], share_eff=eta)
-    log("    share_eff " + ", ".join(f"{k} {v:.2f}" for k, v in shares.items()))
+    return _measure_colocation(cal, found, cores, ops)
+
+
+def _measure_colocation(cal: Calibration, found: Findings, cores: int, ops: dict[str, OpCost]) -> dict[str, OpCost]:
+    """Step 2: co-located ranks of ``T`` threads for ``T`` in :func:`colocation_threads` (one thread: ``share_eff``;
+    more: the ``colocation`` table, with the one-thread value as its first entry)."""
+    tables: dict[str, list[tuple[float, float]]] = {}
+    for threads in colocation_threads(cores):
+        ranks = cores // threads
+        cal.log(f"    co-located ranks: sharebench, one rank of {threads} thread(s) alone and beside {ranks - 1} more "
+                f"in adjacent windows (expected ~{share_seconds(cal):.0f} s) ...")
+        try:
+            shares = quiet_step(cal, found, "share" if threads == 1 else f"share_threads_{threads}",
+                                lambda t=threads: bench_share(cal, found, cores, t))
+        except (subprocess.SubprocessError, OSError, ValueError, RuntimeError, KeyError) as err:
+            found.notes.append(f"co-location of {threads}-thread ranks not measured ({type(err).__name__}: {err})")
+            continue
+        for family, eta in shares.items():
+            if family in ops:
+                tables.setdefault(family, []).append((float(threads), eta))
+                if threads == 1:
+                    ops[family] = replace(ops[family], share_eff=eta)
+        cal.log(f"    co-location eta ({ranks} x {threads} threads) "
+                + ", ".join(f"{k} {v:.2f}" for k, v in shares.items()))
+    for family, table in tables.items():
+        if len(table) > 1:  # ranks of several thread counts measured: the host model reads the table
+            ops[family] = replace(ops[family], colocation=tuple(table))
     return ops
 
 
@@ -206,7 +232,8 @@ def _fit_engine(cal: Calibration, found: Findings, profile: Profile) -> Profile:
     if not cal.engine:
         found.notes.append("compute_scale not fitted (disabled): microbenchmarks alone")
         return profile
-    cal.log("[calibrate] engine epochs (sarlab train, 1 worker) vs the microbenchmark prediction ...")
+    cal.log("[calibrate] engine epochs (sarlab train, 1 worker) vs the microbenchmark prediction "
+            f"(expected ~{step_seconds(cal, 'engine'):.0f} s) ...")
     try:
         scale, curve, raw = quiet_step(cal, found, "engine", lambda: bench_engine(cal, profile))
     except (subprocess.SubprocessError, OSError, ValueError, RuntimeError, KeyError, IndexError) as err:
@@ -312,6 +339,9 @@ def calibrate(cal: Calibration | None = None, name: str = "local") -> Profile:
     # the engine's malloc settings: large tensors are fresh pages, whose first-touch faults belong to the op
     if not tune_malloc(threshold=1 << 17):
         found.notes.append("allocator: glibc mallopt unavailable; measured with default malloc settings")
+    found.raw["loadavg_start"] = load_averages()
+    for line in busy_warning(cal, cores):
+        log(line)
     set_threads(1)
     steps_total = 9 if cal.fused else 8
     try:
@@ -319,11 +349,13 @@ def calibrate(cal: Calibration | None = None, name: str = "local") -> Profile:
         implausible = implausible_thread_effs(ops, cores)
         for line in implausible:
             log(f"    WARNING: implausible {line}")
-        log(f"[calibrate {steps_total - 1}/{steps_total}] allocator and first-use memory ...")
+        log(f"[calibrate {steps_total - 1}/{steps_total}] allocator and first-use memory "
+            f"(expected ~{step_seconds(cal, 'memory'):.0f} s) ...")
         factor, first_use, transients = _measure_memory(cal, found)
     finally:
         set_threads(old_threads)
-    log(f"[calibrate {steps_total}/{steps_total}] gloo point-to-point (2 local processes) ...")
+    log(f"[calibrate {steps_total}/{steps_total}] gloo point-to-point, message costs and progress spread "
+        f"(expected ~{step_seconds(cal, 'network'):.0f} s) ...")
     link, call_s, cpu_per_byte = _measure_network(cal, found)
     messages = _measure_messages(cal, found)
     spread = _measure_spread(cal, found, cores)
@@ -345,7 +377,7 @@ def calibrate(cal: Calibration | None = None, name: str = "local") -> Profile:
         transient_bytes=transients,
         llc_bytes=float(found.raw.get("llc_bytes", 0.0)),
         notes=(
-            "rates are per thread at 1 thread; parallel_eff from the same op at all usable cores",
+            "rates are per thread at 1 thread; speedups at 1, 2, 4, ... usable cores, parallel_eff at all of them",
             "inter_host = intra_host: measured on one machine (loopback gloo)",
         ),
     )
@@ -364,7 +396,8 @@ def calibrate(cal: Calibration | None = None, name: str = "local") -> Profile:
             "machine": cpu_model(),
             "torch": torch.__version__,
             "date": today(),
-            "threads_measured": [1, cores],
+            "threads_measured": thread_counts(cores),
+            "loadavg_start": found.raw.get("loadavg_start"),
             "quick": cal.quick,
             "seconds": round(elapsed, 2),
             "implausible": list(implausible),

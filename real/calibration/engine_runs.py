@@ -30,7 +30,9 @@ from sarlab.simulator.system.replay import simulate_row
 #: graphs of :func:`bench_engine`, ``nodes`` from :data:`ENGINE_SIZES` or the quick sizes (not graphs any
 #: benchmark or validation uses)
 ENGINE_GRAPH = "synthetic:nodes={nodes},degree=30,features=128,classes=16,seed=7"
-ENGINE_SIZES = (12_500, 25_000, 50_000, 100_000, 200_000)
+#: three sizes (the whole calibration's budget is 3 minutes on a quiet machine; five sizes up to 200,000 nodes took
+#: most of the 13 minutes of the 2-core VM's calibration before issue 39)
+ENGINE_SIZES = (12_500, 35_000, 100_000)
 ENGINE_SIZES_QUICK = (1_500, 3_000)
 #: passes over the sizes (ascending, then descending): each size's point is the median of its 2 x passes runs
 ENGINE_PASSES = 2
@@ -76,7 +78,8 @@ def bench_engine(cal: Calibration, profile: Profile) -> tuple[float, tuple[tuple
 
     Runs :func:`engine_epoch` for GCN and GraphSAGE-mean, 3 layers, hidden 256, one worker with one thread,
     on graphs of :data:`ENGINE_SIZES` nodes (degree 30, 128 features; graphs no benchmark or validation
-    uses): whole-graph activations of 13-205 MB, the range of one worker's shard in the validation runs. One
+    uses; ``--quick``: two small sizes, one pass): whole-graph activations of 13-102 MB, the range of one worker's
+    shard in the validation runs. One
     worker keeps communication out of the fit. Every size runs in each of :data:`ENGINE_PASSES` passes, the
     sizes ascending in the first pass and descending in the second, so that a slow minute of a shared machine
     hits one run of a size, not all of them. Each run gives a ratio measured / predicted (median of the epochs
@@ -91,11 +94,12 @@ def bench_engine(cal: Calibration, profile: Profile) -> tuple[float, tuple[tuple
     one = profile.with_scale(1.0)
     sizes = ENGINE_SIZES_QUICK if cal.quick else ENGINE_SIZES
     layers, hidden, epochs = (2, 32, 2) if cal.quick else (3, 256, 3)
+    passes = 1 if cal.quick else ENGINE_PASSES
     raw: dict[str, Any] = {"graphs": [ENGINE_GRAPH.format(nodes=n) for n in sizes], "layers": layers,
-                           "hidden": hidden, "passes": ENGINE_PASSES, "runs": []}  # fmt: skip
+                           "hidden": hidden, "passes": passes, "runs": []}  # fmt: skip
     all_sizes, all_keys, all_ratios = [], [], []
     with tempfile.TemporaryDirectory(prefix="sarlab-cal-engine-") as tmp:
-        for turn in range(ENGINE_PASSES):
+        for turn in range(passes):
             for nodes in sizes if turn % 2 == 0 else sizes[::-1]:
                 spec = ENGINE_GRAPH.format(nodes=nodes)
                 ratios, keys = [], []

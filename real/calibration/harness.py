@@ -31,15 +31,16 @@ ROOT = package_parent()  # the directory holding the sarlab package
 DISTURBED_SHARE = 0.15
 
 
-def time_call(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> float:
+def time_call(fn: Callable[[], Any], repeats: int, warmup: int = 1, wall: bool = False) -> float:
     """Median time of ``fn()`` over ``repeats`` runs after ``warmup`` runs.
 
     With one intra-op thread (how every op family is timed) the time is the calling thread's CPU time,
     kernel time included (page faults): on a shared machine other tenants that time-slice the core stretch
     the wall clock but not the op's own cost. With more threads it is the wall time (the best of the runs,
-    which other tenants can only lengthen).
+    which other tenants can only lengthen); ``wall=True``: the best wall time however many threads (a speed-up
+    over threads compares like with like: both timings stretched alike by other tenants).
     """
-    single = torch.get_num_threads() == 1
+    single = torch.get_num_threads() == 1 and not wall
     clock = time.thread_time if single else time.perf_counter
     for _ in range(warmup):
         fn()

@@ -88,9 +88,30 @@ def _communicate(procs: list[subprocess.Popen], what: str, timeout: float) -> li
     return outputs
 
 
-def bench_share(cal: Calibration, found: Findings, cores: int) -> dict[str, float]:
-    r"""``share_eff`` per family from one :mod:`sarlab.real.calibration.sharebench` group of ``cores``
-    processes: a lead that runs in every window, the others in each pair's co-located window only.
+#: seconds of one sharebench window and window pairs per family in a full calibration (quick: 0.3 s, 2 pairs)
+SHARE_WINDOW_S = 0.4
+#: interpreter start, input set-up and warm-up of the sharebench processes before their first window
+SHARE_LEAD_IN_S = 12.0
+
+
+def share_seconds(cal: Calibration, families: int = 7) -> float:
+    """Expected wall seconds of one :func:`bench_share` group: lead-in, then every family's windows."""
+    seconds, pairs = (0.3, 2) if cal.quick else (SHARE_WINDOW_S, max(cal.share_pairs, 1))
+    return SHARE_LEAD_IN_S + families * (2 * pairs * seconds + GAP_S)
+
+
+def colocation_threads(cores: int) -> list[int]:
+    """Thread counts whose co-located ranks a full calibration measures: 1 (``C`` processes), and ``C/4`` and
+    ``C/2`` where they are 2 or more (4 and 2 ranks: the placements of ``P`` ranks of ``C/P`` threads between which
+    the host model interpolates in log T); at most three groups whatever the cores."""
+    return sorted({1} | {t for t in (cores // 4, cores // 2) if t >= 2})
+
+
+def bench_share(cal: Calibration, found: Findings, cores: int, threads: int = 1) -> dict[str, float]:
+    r"""Co-location efficiency per family from one :mod:`sarlab.real.calibration.sharebench` group of
+    ``cores // threads`` processes of ``threads`` threads each (``share_eff`` for one thread, the ``colocation``
+    entry of ``threads`` otherwise): a lead that runs in every window, the others in each pair's co-located window
+    only.
 
     With the lead's rates ``r_1`` (alone) and ``r_C`` (beside ``C - 1`` copies) in two adjacent windows, ``C``
     processes together do ``C r_C / r_1`` times the work of one, so :math:`\eta = (C r_C / r_1 - 1) / (C - 1)`
@@ -98,29 +119,31 @@ def bench_share(cal: Calibration, found: Findings, cores: int) -> dict[str, floa
     minutes, so the two windows of a pair lie a second apart, and each family's eta is the median over its
     ``cal.share_pairs`` pairs, clipped to [0, 1].
     """
-    if cores <= 1:
+    processes = cores // max(threads, 1)
+    if processes <= 1:
         return {}
-    seconds = 0.3 if cal.quick else 1.0
+    seconds = 0.3 if cal.quick else SHARE_WINDOW_S
     pairs = 2 if cal.quick else max(cal.share_pairs, 1)
-    lead_in_s = 12.0  # interpreter start, input set-up and warm-up happen before the first window
+    lead_in_s = SHARE_LEAD_IN_S
     start_at = time.time() + lead_in_s
     cmd = module_command("sharebench", "--start-at", repr(start_at), "--seconds", str(seconds),
-                         "--pairs", str(pairs))
+                         "--pairs", str(pairs), "--threads", str(threads))
     if cal.quick:
         cmd.append("--quick")
-    env = module_env(OMP_NUM_THREADS="1")
+    env = module_env(OMP_NUM_THREADS=str(threads))
     running = [subprocess.Popen(cmd + (["--lead"] if i == 0 else []), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT) for i in range(cores)]
+                                stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT) for i in range(processes)]
     budget = lead_in_s + 8 * (2 * pairs * seconds + GAP_S) + 120.0  # at most 8 families, then slack
     outs = [json.loads(out.strip().splitlines()[-1]) for out in _communicate(running, "sharebench", budget)]
     lead = outs[0]
     late = max(o["late_s"] for o in outs)
     if late > 0.0:
         found.notes.append(f"sharebench: a process finished its warm-up {late:.1f} s after the first window opened")
-    per_pair = pair_share_etas(lead["rates"], cores)
+    per_pair = pair_share_etas(lead["rates"], processes)
     result = {name: float(np.clip(statistics.median(v), 0.0, 1.0)) for name, v in per_pair.items() if v}
-    found.raw["share"] = {"lead_rates": lead["rates"], "eta_per_pair": per_pair, "processes": cores,
-                          "pairs": pairs, "window_s": seconds, "late_s": late}
+    found.raw["share" if threads == 1 else f"share_threads_{threads}"] = {
+        "lead_rates": lead["rates"], "eta_per_pair": per_pair, "processes": processes, "threads": threads,
+        "pairs": pairs, "window_s": seconds, "late_s": late}
     return result
 
 

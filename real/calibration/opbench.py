@@ -65,21 +65,38 @@ def bench_gemm(cal: Calibration, found: Findings, cores: int) -> OpCost:
     return OpCost(rate=rate_from(coef[1], 1e10), overhead_s=float(coef[0]), bwd_ratio=1.0, parallel_eff=eff)
 
 
+def thread_counts(cores: int) -> list[int]:
+    """The thread counts runs use and calibration times: 1, 2, 4, ... below ``cores``, and ``cores`` itself
+    (``log2 C + 1`` of them: the time grows with the logarithm of the cores, not with them)."""
+    counts, t = [1], 2
+    while t < cores:
+        counts.append(t)
+        t *= 2
+    return counts + ([cores] if cores > 1 else [])
+
+
 def parallel_eff(cal: Calibration, found: Findings, cores: int, fn: Callable[[], Any], name: str) -> float:
-    """:math:`\\eta` of ``fn``: the median over :attr:`Calibration.thread_rounds` alternating one-thread /
-    all-core rounds, so that a shared machine's speed swings between rounds do not decide it from a single
-    pair of timings; clipped to [0, 1]."""
+    """:math:`\\eta` of ``fn`` at all cores: the median over :attr:`Calibration.thread_rounds` rounds, each timing
+    one thread and then every count of :func:`thread_counts`, so that a shared machine's speed swings between
+    rounds do not decide it from a single pair of timings; clipped to [0, 1]. Each count's median speed-up over
+    the rounds goes to ``found.raw["thread_speedups"][name]`` (``[[T, s(T)], ...]``,
+    :attr:`sarlab.simulator.hardware.opcost.OpCost.speedups`)."""
     if cores <= 1:
         return 1.0
-    etas = []
+    counts = thread_counts(cores)
+    per_count: dict[int, list[float]] = {t: [] for t in counts[1:]}
     for _ in range(1 if cal.quick else cal.thread_rounds):
-        one = time_call(fn, cal.repeats)
-        set_threads(cores)
+        one = time_call(fn, cal.repeats, wall=True)
         try:
-            etas.append(thread_eta(one, time_call(fn, cal.repeats), cores))
+            for t in counts[1:]:
+                set_threads(t)
+                per_count[t].append(one / max(time_call(fn, cal.repeats, wall=True), 1e-12))
         finally:
             set_threads(1)
+    etas = [thread_eta(1.0, 1.0 / s, cores) for s in per_count[cores]]
     found.raw.setdefault("thread_eta_rounds", {})[name] = etas
+    found.raw.setdefault("thread_speedups", {})[name] = [[t, float(statistics.median(v))]
+                                                        for t, v in per_count.items()]
     return float(np.clip(statistics.median(etas), 0.0, 1.0))
 
 

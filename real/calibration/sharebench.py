@@ -1,5 +1,5 @@
-"""How much co-located single-thread processes slow each other down (run as ``python -m
-sarlab.real.calibration.sharebench``).
+"""How much co-located processes (single-thread, or ranks of ``--threads`` threads) slow each other down (run as
+``python -m sarlab.real.calibration.sharebench``).
 
 Each op family's representative op (shapes whose working set exceeds a core's private cache) runs in ``--pairs``
 pairs of adjacent windows of ``--seconds`` each, the first window opening at ``--start-at`` (a ``time.time()``
@@ -31,9 +31,10 @@ from sarlab.real.calibration.opbench import random_csr
 GAP_S = 0.4  # between two families' windows
 
 
-def build_ops(quick: bool = False) -> dict[str, Callable[[], object]]:
-    """One representative op per family (one thread), keyed like :data:`sarlab.simulator.hardware.profile.OP_UNITS`."""
-    torch.set_num_threads(1)
+def build_ops(quick: bool = False, threads: int = 1) -> dict[str, Callable[[], object]]:
+    """One representative op per family (on ``threads`` threads), keyed like
+    :data:`sarlab.simulator.hardware.profile.OP_UNITS`."""
+    torch.set_num_threads(max(1, threads))
     tune_malloc(threshold=1 << 17)  # the engine's malloc settings: large outputs are fresh pages
     gen = torch.Generator().manual_seed(0)
     scale = 4 if quick else 1
@@ -87,9 +88,12 @@ def window_order(pair: int) -> tuple[str, str]:
     return ("solo", "shared") if pair % 2 == 0 else ("shared", "solo")
 
 
-def _window(fn: Callable[[], object], begin: float, end: float, mean_s: float) -> tuple[float | None, float]:
+def _window(fn: Callable[[], object], begin: float, end: float, mean_s: float,
+            wall: bool = False) -> tuple[float | None, float]:
     """Calls of ``fn`` between the wall times ``begin`` and ``end``, none started that would end after ``end`` by
-    the running mean call time ``mean_s``: (calls per CPU second, or None if none fitted; the updated mean)."""
+    the running mean call time ``mean_s``: (calls per CPU second of the calling thread, or per wall second with
+    ``wall`` (multi-thread ranks: their pool threads' CPU is not the caller's); None if none fitted; the updated
+    mean)."""
     delay = begin - time.time()
     if delay > 0:
         time.sleep(delay)
@@ -97,18 +101,18 @@ def _window(fn: Callable[[], object], begin: float, end: float, mean_s: float) -
     while time.time() + mean_s <= end:
         c0, t0 = time.thread_time(), time.perf_counter()
         fn()
-        cpu += time.thread_time() - c0
+        cpu += (time.perf_counter() - t0) if wall else (time.thread_time() - c0)
         mean_s = 0.8 * mean_s + 0.2 * (time.perf_counter() - t0)
         count += 1
     return (count / max(cpu, 1e-9) if count else None), mean_s
 
 
-def run(start_at: float, seconds: float, pairs: int, lead: bool, quick: bool) -> dict[str, object]:
+def run(start_at: float, seconds: float, pairs: int, lead: bool, quick: bool, threads: int = 1) -> dict[str, object]:
     """Per family (``rates``), calls per CPU second in each of its ``pairs`` solo and co-located windows (None
     where this process did not run: a partner's solo windows). Family ``i`` starts at ``start_at + i (2 pairs
     seconds + GAP_S)``; every op is warmed up (two calls) before ``start_at``, and ``late_s`` says how far past
     it the warm-up ran (a late process misses the start of the first windows)."""
-    ops = build_ops(quick)
+    ops = build_ops(quick, threads)
     mean_s = {}
     for name, fn in ops.items():
         fn()  # first call: page faults, lazy initialisation
@@ -126,7 +130,7 @@ def run(start_at: float, seconds: float, pairs: int, lead: bool, quick: bool) ->
                 begin = family_begin + (2 * pair + k) * seconds
                 if lead or kind == "shared":
                     rate, mean_s[name] = _window(fn, begin + (SETTLE_S if lead else 0.0), begin + seconds,
-                                                 mean_s[name])
+                                                 mean_s[name], wall=threads > 1)
                 else:
                     rate = None
                 rates[kind].append(rate)
@@ -141,8 +145,9 @@ def main() -> int:
     p.add_argument("--pairs", type=int, default=8, help="solo / co-located window pairs per family")
     p.add_argument("--lead", action="store_true", help="run in every window (the others: co-located windows only)")
     p.add_argument("--quick", action="store_true", help="smaller shapes")
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads of each process (default 1)")
     a = p.parse_args()
-    print(json.dumps(run(a.start_at, a.seconds, a.pairs, a.lead, a.quick)), flush=True)
+    print(json.dumps(run(a.start_at, a.seconds, a.pairs, a.lead, a.quick, a.threads)), flush=True)
     return 0
 
 

@@ -28,7 +28,7 @@ class Calibration:
             default) or ``"activation"``.
         share_pairs: adjacent solo / co-located window pairs per op family in
             :func:`sarlab.real.calibration.hostbench.bench_share` (median taken).
-        thread_rounds: alternating one-thread / all-core rounds of each op's thread efficiency (median taken).
+        thread_rounds: rounds of each op's thread speed-ups, one thread then 1, 2, 4, ... cores (median taken).
         log: progress printer.
     """
 
@@ -38,11 +38,11 @@ class Calibration:
     threads: int | None = None
     seed: int = 0
     quiet_tries: int = 3
-    quiet_wait_s: float = 120.0
+    quiet_wait_s: float = 30.0
     engine: bool = True
     scale_key: str = "peak"
-    share_pairs: int = 8
-    thread_rounds: int = 5
+    share_pairs: int = 3
+    thread_rounds: int = 3
     log: Printer = print
 
     @property

@@ -17,6 +17,7 @@ import numpy as np
 
 from sarlab.common.machine import cpu_model, usable_cores
 from sarlab.common.paths import cache_dir
+from sarlab.simulator.hardware.describe import PREFIX, describe_profile
 from sarlab.simulator.hardware.plausibility import implausible_compute_scale, implausible_thread_effs
 from sarlab.simulator.hardware.profile import PRESETS, Profile, load_profile
 
@@ -38,8 +39,11 @@ def resolve_profile(spec: str | None) -> tuple[Profile, str]:
 
     ``spec``: a preset (``icelake-hdr200``...), the name of a shipped profile (``epyc-2core``...) or a JSON
     path; ``None``: this machine's own calibration (:data:`LOCAL_PROFILE`) when it exists, else
-    :data:`DEFAULT_PROFILE`.
+    :data:`DEFAULT_PROFILE`; ``describe:...``: a machine described from a calibrated one
+    (:func:`sarlab.simulator.hardware.describe.describe_profile`).
     """
+    if spec is not None and str(spec).startswith(PREFIX):
+        return describe_profile(str(spec), resolve_profile), str(spec)
     if spec is None:
         path = LOCAL_PROFILE if LOCAL_PROFILE.exists() else DEFAULT_PROFILE
         return load_profile(path), str(path)

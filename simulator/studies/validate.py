@@ -18,6 +18,7 @@ from sarlab.common.records import CONFIG_KEYS
 from sarlab.simulator.calibration.measured import summarize_measured, with_defaults
 from sarlab.simulator.calibration.probe import probe_scale
 from sarlab.simulator.hardware.backends import BASE_BACKEND
+from sarlab.simulator.hardware.host import regime
 from sarlab.simulator.hardware.profile import Profile
 from sarlab.simulator.network.linkprofile import LinkProfile
 from sarlab.simulator.system.replay import model_for, simulate_row, stats_for
@@ -65,7 +66,10 @@ def validate(
         pred_t = float(result.epoch_time_s.max())
         pred_m = float(result.peak_above_baseline_bytes.max())
         out = row.to_dict()
+        place = result.placement
         out.update(
+            threads_used=place.threads,
+            host_regime=regime(place.workers_per_host, place.threads, prof.cores_per_host),
             workload_source=stats.source,
             compute_scale_used=result.compute_scale,
             scale_key_bytes=result.scale_key_bytes,
@@ -167,7 +171,8 @@ def backend_ratios(table: pd.DataFrame) -> pd.DataFrame:
 def markdown_table(table: pd.DataFrame) -> str:
     """The validation table as Markdown: one row per configuration, times in s, memory in MiB, errors."""
     several = table.apply(backend_of_row, axis=1).nunique() > 1 if len(table) else False
-    cols = ["model", "mode", "workers", *(["backend"] if several else []), "time meas (s)", "epoch spread",
+    cols = ["model", "mode", "workers", "threads", "host", *(["backend"] if several else []), "time meas (s)",
+            "epoch spread",
             "time pred (s)", "time err",
             "wait meas (s)", "wait pred (s)", "peak meas (MiB)", "peak pred (MiB)", "peak err"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -179,6 +184,8 @@ def markdown_table(table: pd.DataFrame) -> str:
             model,
             str(r["mode"]),
             str(int(r["workers"])),
+            f"{r.get('threads_used', math.nan):g}",
+            str(r.get("host_regime", "")),
             *([r["_b"]] if several else []),
             f"{r['measured_epoch_time_s']:.3g}",
             f"{r.get('measured_epoch_spread', math.nan):.0%}",

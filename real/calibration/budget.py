@@ -1,0 +1,78 @@
+"""How long a calibration should take, and what a busy machine does to that.
+
+Expected seconds per step on a quiet machine (``sarlab calibrate`` logs them with each step's progress line), from
+the structure of each step (thread counts, window lengths, groups launched) and per-unit costs measured on the 2-core
+EPYC VM; and, on a machine whose load average says other processes use the cores, an early warning with the load
+and how long the retries of disturbed steps (:func:`sarlab.real.calibration.harness.quiet_step`) may take.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from sarlab.real.calibration.hostbench import colocation_threads, share_seconds
+from sarlab.simulator.calibration.calibration import Calibration
+
+#: seconds of the steps whose length does not depend on the cores (quick, full), quiet 2-core EPYC VM
+FIXED_S = {"memory": (1.0, 8.0), "network": (12.0, 45.0), "engine": (12.0, 60.0)}
+#: timed calls of one op family's shapes (quick, full) and of one thread count of its slowest shape
+OP_BASE_S, OP_PER_COUNT_S = (1.0, 4.0), (0.3, 0.6)
+#: a load average above this share of the cores means other processes compete for them
+BUSY_SHARE = 0.5
+#: op families and the other timed steps (memory, network, engine, one share group per thread count)
+OP_FAMILIES = 7
+
+
+def _pick(cal: Calibration, pair: tuple[float, float]) -> float:
+    return pair[0] if cal.quick else pair[1]
+
+
+def op_seconds(cal: Calibration, cores: int) -> float:
+    """Expected seconds of one op family: its shapes on one thread, then ``log2 C + 1`` thread counts per round."""
+    counts = 1 + (math.ceil(math.log2(cores)) if cores > 1 else 0)
+    rounds = 1 if cal.quick else cal.thread_rounds
+    return _pick(cal, OP_BASE_S) + rounds * counts * _pick(cal, OP_PER_COUNT_S)
+
+
+def step_seconds(cal: Calibration, step: str, cores: int = 2) -> float:
+    """Expected seconds of ``step``: ``memory``, ``network``, ``engine`` or ``share`` (every co-location group)."""
+    if step == "share":
+        return 0.0 if cal.quick or cores <= 1 else len(colocation_threads(cores)) * share_seconds(cal)
+    seconds = _pick(cal, FIXED_S[step])
+    if step == "network" and not cal.network or step == "engine" and not cal.engine:
+        return 0.0
+    return seconds
+
+
+def expected_seconds(cal: Calibration, cores: int) -> float:
+    """Expected seconds of the whole calibration on a quiet machine of ``cores`` cores."""
+    return (OP_FAMILIES * op_seconds(cal, cores)
+            + sum(step_seconds(cal, s, cores) for s in ("memory", "network", "engine", "share")))
+
+
+def busy_warning(cal: Calibration, cores: int, load: float | None = None) -> list[str]:
+    """Lines for the log at the start of a calibration: its expected length, and, where the 1-minute load average
+    (``os.getloadavg``, or ``load``) exceeds :data:`BUSY_SHARE` of the cores, that the machine is busy, with the
+    load and the longest the retries and waits for a quiet spell may take."""
+    expected = expected_seconds(cal, cores)
+    lines = [f"[calibrate] {'quick' if cal.quick else 'full'} calibration on {cores} core(s): expected "
+             f"~{expected / 60:.1f} min on a quiet machine"]
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:
+            return lines
+    if load <= BUSY_SHARE * cores:
+        return lines
+    steps = OP_FAMILIES + 4
+    tries = max(cal.quiet_tries, 1)
+    waits = 0.0 if cal.quick else steps * tries * cal.quiet_wait_s
+    worst = tries * expected * max(1.0, load / cores) + waits
+    lines.append(
+        f"[calibrate] BUSY MACHINE: load average {load:.1f} on {cores} core(s): other processes compete for the "
+        f"cores, so timings are slower and noisier. Each disturbed step is measured up to {tries} time(s)"
+        + (f" after waiting up to {cal.quiet_wait_s:.0f} s for a quiet spell" if waits else "")
+        + f": this may take up to ~{worst / 60:.0f} min instead of ~{expected / 60:.1f}, and the profile may be "
+        "flagged implausible. Calibrate on a quiet machine (or pinned, idle cores) for numbers to rely on.")
+    return lines
