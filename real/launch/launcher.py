@@ -100,6 +100,9 @@ def _open_store(host: str, port: int, timeout_s: float):
 
 
 def _describe_exit(code: int) -> str:
+    if code == -signal.SIGKILL:
+        return ("killed by signal SIGKILL (the kernel's OOM killer sends it when memory runs out: compare the size "
+                "check's estimate with the memory available, or use fewer workers or a smaller model)")
     if code < 0:
         try:
             return f"killed by signal {signal.Signals(-code).name}"

@@ -379,8 +379,10 @@ def _check_confined(manifest: dict, mpath: str) -> None:
             raise PartitionError(f"{mpath} lists {rel!r}, which is not a file of a part folder (part<p>/<name>); "
                                  "re-create the partition")
         full = os.path.join(os.path.dirname(mpath), rel)
-        if os.path.islink(full) or os.path.islink(os.path.dirname(full)):
-            raise PartitionError(f"{full} is a link; a partition holds plain files only: re-create the partition")
+        link = next((p for p in (os.path.dirname(full), full) if os.path.islink(p)), None)  # the folder first
+        if link:
+            raise PartitionError(f"{link} is a link; a partition holds plain folders and files only: re-create the "
+                                 "partition")
 
 
 def verify_files(path: str, manifest: dict, parts: list[int] | None = None) -> None:
