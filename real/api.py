@@ -331,21 +331,55 @@ def gradients(graph: str | Graph | object, *, workers: int | None = None, model:
                           bytes_sent=[int(r["bytes_sent"]) for r in ranks])
 
 
-def load_model(path: str) -> nn.Module:
+def load_model(path: str, model_fn: Callable | None = None) -> nn.Module:
     """The model a run saved (``save_model=PATH`` / ``--save-model PATH``), with its weights, in eval mode.
 
-    Wraps :func:`sarlab.training.checkpoint.load_model`; the returned :class:`~sarlab.nn.model.GNN` also carries
-    ``in_dim`` (its input width), ``feature_dim`` and ``num_classes``, which :func:`predict` reads (a model trained
-    with label augmentation takes ``feature_dim + num_classes`` inputs).
+    A built-in model comes back as a :class:`~sarlab.nn.model.GNN` (:func:`sarlab.training.checkpoint.load_model`).
+    A user's model (``model_fn=``) is rebuilt by its model function, called as the run called it (same seed, dtype,
+    ``in_dim`` and ``num_classes``), then given the saved weights: the function is imported from where the run
+    found it (``module:qualname``, stored in the file), or ``model_fn`` when given (needed for one defined in
+    ``__main__`` or a notebook, which no later process can import). Nothing in the file is unpickled but tensors.
+    The returned model also carries ``in_dim`` (its input width), ``feature_dim`` and ``num_classes``, which
+    :func:`predict` reads (a model trained with label augmentation takes ``feature_dim + num_classes`` inputs).
 
     Args:
         path: the model file.
+        model_fn: the model function of a user's model (default: the one recorded in the file).
     """
-    model = checkpoint.load_model(path)
-    payload = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # noqa: BLE001 - not a model file: checkpoint.load_model says what it is
+        payload = None
+    if not isinstance(payload, dict):
+        payload = None
+    name = str(((payload or {}).get("model_config") or {}).get("model", ""))
+    if payload is None or not name.startswith("custom:"):
+        if model_fn is not None and payload is not None:
+            raise InputError(f"{path!r} holds a built-in model ({name}): drop model_fn")
+        model = checkpoint.load_model(path)  # says what is wrong with a missing or foreign file
+    else:
+        recorded = payload.get("model_fn")
+        if model_fn is None and not recorded:
+            raise InputError(f"{path!r} holds a user's model ({name}) whose model function was defined where no "
+                             "other process can import it (__main__, a notebook, a function body): pass it again, "
+                             "sarlab.load_model(path, model_fn=...)")
+        factory = model_fn if model_fn is not None else custom_model.import_factory(recorded)
+        dtype = str(payload.get("dtype", "float32"))
+        model = custom_model.build(factory, int(payload.get("in_dim", payload["feature_dim"])),
+                                   int(payload["num_classes"]), int(payload["model_config"].get("seed", 0)), dtype)
+        try:
+            model.load_state_dict(payload["state"])
+        except RuntimeError as err:
+            raise InputError(f"{path!r}: the weights do not fit the model {_fn_name(factory)} builds ({name} was "
+                             f"saved): {str(err).splitlines()[0]}") from err
+        model.eval()
     model.feature_dim, model.num_classes = int(payload["feature_dim"]), int(payload["num_classes"])
     model.in_dim = int(payload.get("in_dim", payload["feature_dim"]))
     return model
+
+
+def _fn_name(fn: Callable) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
 def predict(model: nn.Module, graph: str | Graph | object, *, engine: EngineConfig | None = None) -> torch.Tensor:
@@ -362,7 +396,7 @@ def predict(model: nn.Module, graph: str | Graph | object, *, engine: EngineConf
 
     Args:
         model: a model from :func:`load_model` or a run's ``RunResult.model`` (any module whose forward takes
-            ``(graph, x)`` or ``(graph, x, epoch)``).
+            ``(graph, x)`` or ``(graph, x, epoch)``, or a PyG model: ``(x, edge_index[, edge_type])``).
         graph: a graph spec, a :class:`~sarlab.data.graphs.Graph`, a PyG ``Data`` or a networkx graph.
         engine: the aggregation settings (default :class:`~sarlab.core.config.EngineConfig`; one worker, so the
             mode changes no number beyond rounding).
@@ -386,6 +420,9 @@ def predict(model: nn.Module, graph: str | Graph | object, *, engine: EngineConf
                                   num_relations=g.num_relations)
     model.eval()
     with torch.no_grad():
+        if pyg.is_pyg_model(model):  # forward(x, edge_index[, edge_type]), its propagate over the one shard
+            with pyg.sharded(model):
+                return model(sharded, x)
         if isinstance(model, GNN) or len(inspect.signature(model.forward).parameters) >= 3:
             return model(sharded, x, 0)
         return model(sharded, x)

@@ -11,12 +11,13 @@ script's ``__main__`` reaches the worker processes. Every rank calls it under th
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
 import os
 import sys
 import sysconfig
 from collections.abc import Callable
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import field, fields, is_dataclass, make_dataclass
 from types import ModuleType
 
 import cloudpickle
@@ -25,24 +26,22 @@ from torch import nn
 
 from sarlab.data.validate_data import InputError
 from sarlab.nn import pyg
+from sarlab.nn.model import ModelConfig
 from sarlab.training.trainer import DTYPES, Trainer
 
 
-@dataclass(frozen=True)
-class CustomModelConfig:
-    """What the training loop and the metric records read from ``model.cfg`` for a user's model: its name
-    (``custom:ClassName``, the records' ``model`` column) and seed; the architecture columns are unknown (0)."""
+def _unknown_columns() -> list:
+    """ModelConfig's architecture fields, each at its type's zero (a user's model has none of them)."""
+    return [(f.name, type(f.default), field(default=type(f.default)())) for f in fields(ModelConfig)
+            if f.name not in ("model", "seed")]
 
-    model: str
-    layers: int = 0
-    hidden: int = 0
-    aggr: str = ""
-    heads: int = 0
-    self_loops: bool = False
-    bases: int = 0
-    dropout: float = 0.0
-    batchnorm: bool = False
-    seed: int = 0
+
+#: What the training loop and the metric records read from ``model.cfg`` for a user's model: its name
+#: (``custom:ClassName``, the records' ``model`` column) and seed; the architecture columns (ModelConfig's other
+#: fields, mirrored from it) are unknown (0, '' or False).
+CustomModelConfig = make_dataclass("CustomModelConfig", [("model", str), *_unknown_columns(),
+                                                         ("seed", int, field(default=0))],
+                                   frozen=True, namespace={"__module__": __name__})
 
 
 #: top-level packages the workers import themselves (never shipped by value)
@@ -124,15 +123,45 @@ def unpack(blob: bytes) -> Callable:
     ``sys.modules[cls.__module__]`` to resolve its methods' type hints."""
     model_fn = cloudpickle.loads(blob)
     name = getattr(model_fn, "__module__", None)
+    if name and name not in sys.modules and name != "__main__":
+        with contextlib.suppress(Exception):  # the user's own module, when this process can import it
+            importlib.import_module(name)
     if name and name not in sys.modules:
         functions = [model_fn] + [v for v in vars(model_fn).values() if inspect.isfunction(v)] \
             if isinstance(model_fn, type) else [model_fn]
         stand_in = ModuleType(name)
         for function in functions:
             stand_in.__dict__.update(getattr(function, "__globals__", {}))
-        stand_in.__name__ = name
+        stand_in.__name__, stand_in.__sarlab_stand_in__ = name, True
         sys.modules[name] = stand_in
     return model_fn
+
+
+def factory_path(model_fn: Callable) -> str | None:
+    """``module:qualname`` of ``model_fn`` when another process can import it from there (None for one defined in
+    ``__main__``, a notebook, a function's body, or a module this process only has by value)."""
+    name, qualname = getattr(model_fn, "__module__", None), getattr(model_fn, "__qualname__", "")
+    module = sys.modules.get(name or "")
+    if not name or name == "__main__" or "<" in qualname or module is None \
+            or getattr(module, "__sarlab_stand_in__", False):
+        return None
+    found = module
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return f"{name}:{qualname}" if found is not None else None
+
+
+def import_factory(path: str) -> Callable:
+    """The model function at ``module:qualname`` (see :func:`factory_path`); :class:`InputError` if it is gone."""
+    name, _, qualname = path.partition(":")
+    try:
+        found = importlib.import_module(name)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as err:
+        raise InputError(f"the model was built by {path}, which cannot be imported here ({err}); pass the model "
+                         "function: sarlab.load_model(path, model_fn=...)") from err
+    return found
 
 
 def _wants_dims(model_fn: Callable) -> bool:
@@ -214,6 +243,7 @@ def install(trainer: Trainer, model_fn: Callable, seed: int) -> None:
     in_dim = trainer.part.feature_dim + (trainer.part.num_classes if cfg.label_aug else 0)
     module = build(model_fn, in_dim, trainer.part.num_classes, seed, cfg.dtype)
     module.cfg = config_of(module, seed)
+    module.sarlab_factory = factory_path(model_fn)  # what a saved model is rebuilt from (save_model)
     if pyg.is_pyg_model(module):  # forward(x, edge_index[, edge_type]): propagate runs over the shards
         pyg.attach(module)
     elif not _takes_epoch(module):

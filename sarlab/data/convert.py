@@ -1,8 +1,9 @@
 """Graphs from other libraries' objects and from plain arrays: PyG ``Data``, networkx, scipy CSR, Cora-style npz.
 
-Every converter returns a checked :class:`~sarlab.data.graph_data.Graph`. Splits: the train/val/test masks the
-input carries are kept (:func:`fill_masks` says how a missing one is filled), and the Graph's ``name`` ends with
-the split it got, e.g. ``cora [split: stored]`` or ``pyg [split: random, seed 0]``.
+Every converter returns a checked :class:`~sarlab.data.graph_data.Graph` (:func:`to_pyg` goes back to a PyG
+``Data``). Splits: the train/val/test masks the input carries are kept (:func:`fill_masks` says how a missing
+one is filled), and the Graph's ``name`` ends with the split it got, e.g. ``cora [split: stored]`` or
+``pyg [split: random, seed 0]``.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 from sarlab.data.graph_data import Graph, check_fractions, checked, classes_of, clean_edges, split_masks
 from sarlab.data.validate_data import InputError, integer_labels
 
-__all__ = ["fill_masks", "from_pyg", "from_networkx", "from_scipy", "read_npz", "to_graph"]
+__all__ = ["fill_masks", "from_pyg", "from_networkx", "from_scipy", "read_npz", "to_graph", "to_pyg"]
 
 SPLITS = ("train", "val", "test")
 
@@ -241,3 +242,38 @@ def to_graph(obj) -> Graph:
         return from_networkx(obj)
     raise InputError(f"expected a graph spec string, a sarlab Graph, a PyG Data or a networkx graph, got "
                      f"{type(obj).__name__}")
+
+
+def to_pyg(graph, predictions=None):
+    """A PyG ``Data`` of a sarlab graph, optionally with a model's per-node predictions: the way back to PyG.
+
+    ``x`` (float32 features), ``edge_index`` (``[2, E]``, row 0 the sources: PyG's ``source_to_target`` flow), ``y``,
+    ``train_mask``/``val_mask``/``test_mask``; a typed graph adds ``edge_type`` and ``node_type``. With
+    ``predictions`` (``[num_nodes, C]``, row ``i`` = node ``i``, as :func:`sarlab.run` and :func:`sarlab.predict`
+    return them): ``logits`` (as given) and ``pred`` (their argmax). :func:`from_pyg` of the result gives the same
+    graph back (its masks stored).
+
+    Args:
+        graph: a :class:`Graph`, a PyG ``Data`` or a networkx graph (for a spec string: ``sarlab.load_graph(spec)``).
+        predictions: optional ``[num_nodes, C]`` tensor or array.
+    """
+    import torch
+    from torch_geometric.data import Data
+
+    if isinstance(graph, str):
+        raise InputError(f"to_pyg takes a graph object; for the spec {graph!r} give sarlab.load_graph({graph!r})")
+    g = to_graph(graph)
+    data = Data(x=torch.from_numpy(np.ascontiguousarray(g.features)).float(),
+                edge_index=torch.from_numpy(np.stack([g.src, g.dst]).astype(np.int64)),
+                y=torch.from_numpy(np.asarray(g.labels, dtype=np.int64)), num_nodes=g.num_nodes)
+    for split in SPLITS:
+        data[f"{split}_mask"] = torch.from_numpy(np.asarray(getattr(g, f"{split}_mask"), dtype=bool))
+    if g.typed:
+        data.edge_type = torch.from_numpy(np.asarray(g.edge_type, dtype=np.int64))
+        data.node_type = torch.from_numpy(np.asarray(g.node_type, dtype=np.int64))
+    if predictions is not None:
+        logits = torch.as_tensor(predictions.detach() if hasattr(predictions, "detach") else predictions)
+        if logits.dim() != 2 or logits.shape[0] != g.num_nodes:
+            raise InputError(f"predictions must be [num_nodes={g.num_nodes}, classes], got {tuple(logits.shape)}")
+        data.logits, data.pred = logits, logits.argmax(1)
+    return data

@@ -328,6 +328,8 @@ def save_model(path: str, trainer, force: bool = False) -> None:
                "feature_dim": int(trainer.part.feature_dim), "num_classes": int(trainer.part.num_classes),
                "in_dim": int(trainer.part.feature_dim) + label_inputs, "label_aug": float(trainer.train_cfg.label_aug),
                "num_relations": int(getattr(trainer.part, "num_relations", 1)),
+               # a user's model (model_fn): where to import its factory from again, or None (see load_model)
+               "model_fn": getattr(trainer.model, "sarlab_factory", None),
                "state": {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}}
     atomic_write(path, lambda f: torch.save(payload, f))
 
@@ -339,6 +341,10 @@ def load_model(path: str):
     if _file_kind(path) != "model":
         raise CheckpointError(f"{path!r} is not a sarlab model file (written by save_model / --save-model)")
     payload = torch.load(path, map_location="cpu", weights_only=True)
+    name = str(payload["model_config"].get("model", ""))
+    if name.startswith("custom:"):
+        raise CheckpointError(f"{path!r} holds a user's model ({name}, trained with model_fn=): load it with "
+                              "sarlab.load_model(path), which rebuilds it from its model_fn")
     model = GNN(ModelConfig(**payload["model_config"]), payload.get("in_dim", payload["feature_dim"]),
                 payload["num_classes"], num_relations=payload.get("num_relations", 1))
     model = model.to(next(iter(payload["state"].values())).dtype)
