@@ -10,45 +10,32 @@ commands ``sarlab simulate`` and ``sarlab plan`` (:mod:`sarlab.real.commands.sim
 """
 from __future__ import annotations
 
-import math
-import shutil
-import tempfile
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from sarlab.data.graphs import load_graph
-from sarlab.data.partition import is_partition_dir, partition
 from sarlab.simulator.hardware.backends import backend_of
 from sarlab.simulator.hardware.profile import Profile
 from sarlab.simulator.hardware.provenance import profile_line, resolve_profile
 from sarlab.simulator.network.linkprofile import LinkProfile, read_link_profile
 from sarlab.simulator.strategies.cost_model import (
-    GIB,
     load_resources,
-    resource_profile,
     resources_json,
-    run_cost,
-    value,
 )
+from sarlab.simulator.strategies.planner import Workloads, candidates, picks
 from sarlab.simulator.strategies.sampling_model import SamplingSpec, parse_fanouts
-from sarlab.simulator.strategies.strategies import STRATEGIES, predict, sweep_strategies
+from sarlab.simulator.strategies.strategies import STRATEGIES, sweep_strategies
 from sarlab.simulator.studies.validate import validate  # noqa: F401 (``sarlab simulate --validate``'s door)
 from sarlab.simulator.system.sweep import simulate_sweep, summarize_sweep
 from sarlab.simulator.workload.model import ModelSpec, parse_model
-from sarlab.simulator.workload.sampled_sizes import DegreeDistribution, degrees_from_partition, train_nodes_per_part
-from sarlab.simulator.workload.workload import load_manifest, resolve_workload
 
 #: ``sarlab train``'s model defaults (``sarlab.real.commands.options.MODEL_DEFAULTS`` and ``add_model_args``),
 #: mirrored here because the simulator does not import the executor; ``tests/test_simulator_cli.py`` keeps the
 #: two equal, and ``sarlab simulate`` takes its flag defaults from here
 MODEL_DEFAULTS = {"model": "sage", "layers": 2, "hidden": 64, "aggr": "mean", "heads": 4, "dropout": 0.0,
                   "batchnorm": False, "seed": 0, "dtype": "float32"}
-#: graph specs that name an engine graph (``sarlab plan`` partitions them per worker count with METIS)
-ENGINE_SPECS = ("synthetic:", "npz:", "ogb:", "planetoid:", "hetero:")
 #: the strategies that :func:`simulate` prices with the epoch schedule
 EPOCH_MODES = ("sar", "sa", "oneshot")
 NOTE = "accuracy is not modelled: sampling and stale learn differently from exact training"
@@ -191,46 +178,6 @@ def price_strategies(graph: str, strategies: Iterable[str], models: Iterable[Mod
                             progress=progress)
 
 
-class Workloads:
-    """Partition statistics, degrees and training nodes per worker count, from an engine graph (partitioned here,
-    into a temporary directory removed by :meth:`close`) or a simulator workload."""
-
-    def __init__(self, spec, edge_cut: float | None, log: Callable[[str], None] | None = None):
-        self.spec, self.edge_cut = spec, edge_cut
-        self.graph = None
-        if not isinstance(spec, str):  # a Graph object
-            self.graph, self.spec = spec, f"graph:{getattr(spec, 'name', 'graph')}"
-        elif spec.startswith(ENGINE_SPECS):
-            if log is not None:
-                log(f"loading graph {spec}")
-            self.graph = load_graph(spec)
-        self.tmp = tempfile.mkdtemp(prefix="sarlab-plan-") if self.graph is not None else None
-
-    def fixed_workers(self) -> int | None:
-        """The worker count a partition directory without ``{N}`` fixes (else None)."""
-        if self.graph is not None:
-            return None
-        return load_manifest(self.spec).num_parts if is_partition_dir(self.spec) else None
-
-    def get(self, workers: int):
-        """(stats, degrees, training nodes per part) for ``workers`` parts."""
-        if self.graph is not None:
-            directory = str(Path(self.tmp) / f"parts-{workers}")
-            partition(self.graph, workers, directory, method="metis", seed=0, source=self.spec, progress=None)
-        else:
-            directory = self.spec.replace("{N}", str(workers))
-        if is_partition_dir(directory):
-            stats = load_manifest(directory)
-            return stats, degrees_from_partition(directory), train_nodes_per_part(stats, directory)
-        stats = resolve_workload(directory, workers, self.edge_cut)
-        degrees = DegreeDistribution.power_law(stats.num_nodes, stats.num_edges / max(stats.num_nodes, 1))
-        return stats, degrees, None
-
-    def close(self) -> None:
-        if self.tmp:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-
-
 def plan(
     graph,
     *,
@@ -311,43 +258,15 @@ def plan(
     hops = parse_fanouts(fanouts or ",".join(str(f) for f in ([15, 10, 5] + [5] * layers)[:layers]), layers)
     sampling = SamplingSpec(hops, batch_size)
     loads = Workloads(graph, edge_cut, progress)
-    fixed = loads.fixed_workers()
-    counts = [fixed] if fixed else [2 ** i for i in range(int(math.log2(max_workers)) + 1)]
-    rows = []
     try:
-        for workers in counts:
-            start = time.perf_counter()
-            stats, degrees, train = loads.get(workers)
-            for name in names:
-                res = table[name]
-                prof = resource_profile(base, res)
-                cap = min(res.memory_gib, memory_per_worker or math.inf)
-                for strategy in chosen:
-                    if workers == 1 and (strategy == "stale" or (strategy == "oneshot" and "sar" in chosen)):
-                        continue  # one worker: no halo, so stale is exact and oneshot is sar
-                    pred = predict(strategy, stats, spec, prof, sampling=sampling, staleness=staleness,
-                                   degrees=degrees, train_per_part=train)
-                    total = pred.epoch_time_s * epochs
-                    cost = run_cost(res, workers, pred.epoch_time_s, epochs, spec.layers)
-                    mem = pred.memory_per_worker_bytes / GIB
-                    rows.append({"strategy": strategy, "resource": name, "workers": workers,
-                                 "epoch_s": pred.epoch_time_s, "time_s": total, "cost_usd": cost,
-                                 "value": value(total, cost), "mem_gib": mem, "fits": mem <= cap,
-                                 "detail": pred.detail})
-            if progress is not None:
-                progress(f"{workers} worker(s): {sum(r['workers'] == workers for r in rows)} candidates in "
-                         f"{time.perf_counter() - start:.1f}s ({stats.graph})")
+        rows = candidates(loads, max_workers, {n: table[n] for n in names}, chosen, base, spec, epochs,
+                          sampling=sampling, staleness=staleness, memory_per_worker=memory_per_worker,
+                          progress=progress)
     finally:
         loads.close()
-    fits = [r for r in rows if r["fits"]]
-    picks = {}
-    if fits:
-        picks = {"lowest_time": min(fits, key=lambda r: r["time_s"]),
-                 "lowest_cost": min(fits, key=lambda r: r["cost_usd"]),
-                 "best_value": max(fits, key=lambda r: r["value"])}
     return {"graph": loads.spec, "model": spec.label(), "layers": spec.layers, "hidden": spec.hidden,
             "epochs": epochs, "profile": base.name, "profile_source": source, "backend": backend_of(base),
             "fanouts": list(hops),
             "batch_size": batch_size, "staleness": staleness, "memory_per_worker_gib": memory_per_worker,
-            "resources": resources_json({n: table[n] for n in names}), "candidates": rows, "picks": picks,
+            "resources": resources_json({n: table[n] for n in names}), "candidates": rows, "picks": picks(rows),
             "note": NOTE}

@@ -159,6 +159,11 @@ def simulate_main(argv: list[str] | None = None) -> int:
                   "`backend` column (gloo where it has none)", file=sys.stderr)
             return 2
         return _validate(args, profile, links)
+    return _predict(args, profile, source, links)
+
+
+def _predict(args: argparse.Namespace, profile: Profile, source: str, links: list) -> int:
+    """The sweep (or the strategies' table) the flags ask for, printed, plotted and written."""
     for line in machine_warnings(profile):
         warn(line)
     backend = args.backend or BASE_BACKEND
