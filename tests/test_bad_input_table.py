@@ -289,7 +289,7 @@ def test_signals_end_partition_and_train_cleanly(work, tmp_path):
     tmp, namespaces = str(tmp_path), _netns()
     out_dir = os.path.join(tmp, "sig")
     os.makedirs(out_dir)
-    spec = ["partition", "--graph", "synthetic:nodes=300000,features=64", "--parts", "4", "--method", "random",
+    spec = ["partition", "--graph", "synthetic:nodes=200000,features=64", "--parts", "4", "--method", "random",
             "--out", os.path.join(out_dir, "p")]
 
     def staged() -> bool:
@@ -316,3 +316,30 @@ def test_signals_end_partition_and_train_cleanly(work, tmp_path):
     code, out = _finish(proc)
     assert code == 129 and "interrupted by SIGHUP" in out and "Traceback" not in out, out
     assert _leftovers(tmp, proc.pid, namespaces) == [], out
+
+
+def test_a_whole_job_suspended_past_its_timeout_continues_or_says_so(work, tmp_path):
+    """SIGSTOP to the launcher and its workers for longer than --timeout, then SIGCONT: the run goes on, or ends
+    saying the job was suspended; it never blames a rank."""
+    tmp = str(tmp_path)
+    shutil.copytree(os.path.join(work, "p2"), os.path.join(tmp, "p2"))
+    proc = _spawn(["train", "--graph", os.path.join(tmp, "p2"), "--workers", "2", "--epochs", "100000", "--hidden",
+                   "8", "--eval-every", "0", "--timeout", "3"], tmp)
+    _wait_for(lambda: len(_ours(proc.pid)) >= 2 and any(  # both workers past their start-up
+        os.path.exists(os.path.join(tmp, e, "rank1.progress")) for e in os.listdir(tmp) if "-run-" in e), proc)
+    time.sleep(2.0)
+    job = [proc.pid, *_ours(proc.pid)]
+    for pid in job:
+        os.kill(pid, signal.SIGSTOP)
+    time.sleep(8.0)
+    for pid in job:
+        os.kill(pid, signal.SIGCONT)
+    time.sleep(6.0)
+    if proc.poll() is None:  # it went on: end it
+        os.kill(proc.pid, signal.SIGTERM)
+        code, out = _finish(proc)
+        assert code == 143, out
+    else:
+        code, out = _finish(proc)
+        assert code == 1 and "the job was suspended for" in out, out
+    assert "rank 0 failed" not in out and "rank 1 failed" not in out, out
