@@ -343,3 +343,24 @@ def test_a_whole_job_suspended_past_its_timeout_continues_or_says_so(work, tmp_p
         code, out = _finish(proc)
         assert code == 1 and "the job was suspended for" in out, out
     assert "rank 0 failed" not in out and "rank 1 failed" not in out, out
+
+
+def test_a_full_disk_during_a_write_says_so_in_one_line_and_keeps_the_old_file(tmp_path):
+    """atomic_write on ENOSPC: one line naming the file, the previous version whole, no temporary file left; the
+    launcher shows that line alone (no traceback)."""
+    import errno
+
+    from sarlab.real.launch.launcher import FULL_DISK_MARKERS
+    from sarlab.training.checkpoint import atomic_write
+
+    target = tmp_path / "state.json"
+    target.write_text("old")
+
+    def fill(f):
+        f.write(b"new")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.raises(OSError, match="writing .*state.json failed and the previous file, if any, is whole") as err:
+        atomic_write(str(target), fill)
+    assert target.read_text() == "old" and os.listdir(tmp_path) == ["state.json"]
+    assert any(m in f"OSError: {err.value}" for m in FULL_DISK_MARKERS)

@@ -250,6 +250,8 @@ def _watch(procs: list[subprocess.Popen], network, rundir: str, grace_s: float,
         time.sleep(0.05)
 
 
+#: the last line of a rank's traceback when a disk filled (shown alone: the atomic writes keep the old files whole)
+FULL_DISK_MARKERS = ("No space left on device", "Disk quota exceeded")
 #: what a rank's traceback says when a wait of its timed out (gloo, c10d, the store)
 TIMEOUT_MARKERS = ("timed out", "timeout")
 
@@ -340,7 +342,10 @@ def _failure(failed: list[int], codes: list, rundir: str, network=None, down: li
     rank = (signalled or root or failed)[0]
     reason = _describe_exit(codes[rank])
     text = traceback_of(rank)
-    if text:
+    last = text.strip().splitlines()[-1] if text and text.strip() else ""
+    if any(m in last for m in FULL_DISK_MARKERS):  # not a bug: the line says all (the old file is whole)
+        reason += f": {last}"
+    elif text:
         reason += "\n" + text.rstrip()
     others = [r for r in failed if r != rank]
     if others:

@@ -15,6 +15,7 @@ else; see :func:`check_target`).
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import socket
@@ -152,9 +153,12 @@ def atomic_write(path: str, write, before_rename=None, prefix: str | None = None
         if before_rename is not None:
             before_rename(file_sha256(tmp))
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         if os.path.exists(tmp):
             os.remove(tmp)
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise OSError(err.errno, f"{err.strerror}: writing {path} failed and the previous file, if any, is "
+                                     "whole; free some space or choose another place") from None
         raise
     dir_fd = os.open(parent, os.O_RDONLY)
     try:
