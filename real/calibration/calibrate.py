@@ -6,7 +6,7 @@ The steps, in order (each a :func:`sarlab.real.calibration.harness.quiet_step`):
 1. every op family on one thread, then its slowest shape at 1, 2, 4, ... and all ``C`` cores
    (:mod:`sarlab.real.calibration.opbench`, :mod:`sarlab.real.calibration.gatbench`): rate, per-call overhead, row
    rate, backward ratio, the thread speed-ups at the counts runs use (``OpCost.speedups``);
-2. co-located ranks of ``T`` threads, one alone and ``C / T`` at once, for ``T`` = 1, ``C/4`` and ``C/2``
+2. co-located ranks of ``T`` threads, one alone and ``C / T`` at once, for ``T`` = 1 and ``C/2``
    (:func:`sarlab.real.calibration.hostbench.bench_share`; ``share_eff`` and ``OpCost.colocation``, read by the
    host model :mod:`sarlab.simulator.hardware.host`);
 3. the allocator and the memory an op family adds on first use (:mod:`sarlab.real.calibration.hostbench`);

@@ -101,7 +101,8 @@ def quiet_step(cal: Calibration, found: Findings, name: str, fn: Callable[[], An
     """
     best: tuple[float, Any] | None = None
     cores = max(usable_cores(), 1)
-    for _ in range(max(cal.quiet_tries, 1)):
+    tries = max(cal.quiet_tries, 1)
+    for attempt in range(tries):
         wait_idle(0.0 if cal.quick else cal.quiet_wait_s)
         a, t0 = busy_and_own(), time.perf_counter()
         result = fn()
@@ -111,7 +112,8 @@ def quiet_step(cal: Calibration, found: Findings, name: str, fn: Callable[[], An
             best = (others, result)
         if others <= DISTURBED_SHARE:
             break
-        cal.log(f"    other processes used {others:.0%} of the cores during {name}: measuring it again")
+        again = "measuring it again" if attempt + 1 < tries else "keeping it (no tries left)"
+        cal.log(f"    other processes used {others:.0%} of the cores during {name}: {again}")
     assert best is not None
     found.raw.setdefault("disturbance", {})[name] = round(best[0], 3)
     if best[0] > DISTURBED_SHARE:

@@ -101,10 +101,10 @@ def share_seconds(cal: Calibration, families: int = 7) -> float:
 
 
 def colocation_threads(cores: int) -> list[int]:
-    """Thread counts whose co-located ranks a full calibration measures: 1 (``C`` processes), and ``C/4`` and
-    ``C/2`` where they are 2 or more (4 and 2 ranks: the placements of ``P`` ranks of ``C/P`` threads between which
-    the host model interpolates in log T); at most three groups whatever the cores."""
-    return sorted({1} | {t for t in (cores // 4, cores // 2) if t >= 2})
+    """Thread counts whose co-located ranks a full calibration measures: 1 (``C`` processes) and ``C/2`` where it
+    is 2 or more (2 ranks): the two ends of ``P`` ranks of ``C/P`` threads, between which the host model interpolates
+    in log T; at most two groups whatever the cores."""
+    return sorted({1} | ({cores // 2} if cores // 2 >= 2 else set()))
 
 
 def bench_share(cal: Calibration, found: Findings, cores: int, threads: int = 1) -> dict[str, float]:
