@@ -114,11 +114,12 @@ def _run_command(argv: list[str]) -> int:
     from sarlab.data.partition import PartitionError  # the errors a user can cause (the engine is loaded by now)
     from sarlab.data.validate_data import InputError
     from sarlab.real.launch.launcher import LaunchError, WorkerError
-    from sarlab.real.launch.lifecycle import interruptible
+    from sarlab.real.launch.lifecycle import forced_runs_guarded, interruptible
 
     try:
         _check_json_option(argv[1:])
-        return interruptible(command)(argv[1:])  # HUP/INT/TERM: clean-up, one line, exit 128 + n
+        with forced_runs_guarded():  # a run forced past the size check and killed for memory: one line too
+            return interruptible(command)(argv[1:])  # HUP/INT/TERM: clean-up, one line, exit 128 + n
     except InputError as err:  # bad data or arguments: one line, exit 2 (as argparse does)
         print(f"error: {err}", file=sys.stderr)
         return 2

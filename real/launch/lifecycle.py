@@ -121,3 +121,48 @@ def pid_alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state not in ("Z", "X")
+
+
+#: set by the command line (:func:`forced_runs_guarded`): a run forced past the size check goes on in a child process
+_GUARD_FORCED: list[bool] = []
+
+
+@contextlib.contextmanager
+def forced_runs_guarded() -> Iterator[None]:
+    """While inside, :func:`survive_oom` may fork (the command line only: never in a notebook or a user's script)."""
+    _GUARD_FORCED[:] = [True]
+    try:
+        yield
+    finally:
+        _GUARD_FORCED.clear()
+
+
+def survive_oom(note: str) -> None:
+    """For a run forced past the size check: fork; the child carries on with the command and this process waits,
+    forwarding HUP/INT/TERM, so that when the kernel kills the child (SIGKILL: the OOM killer) the command still
+    ends with one line (``note``: the estimate) and exit status 137. A no-op outside :func:`forced_runs_guarded` and
+    outside the main thread."""
+    if not _GUARD_FORCED or threading.current_thread() is not threading.main_thread():
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        _GUARD_FORCED.clear()
+        return
+
+    def forward(signum: int, frame) -> None:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+    for sig in CAUGHT:
+        signal.signal(sig, forward)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        if os.WTERMSIG(status) == signal.SIGKILL:
+            print(f"error: the run was killed by the kernel (SIGKILL), most likely out of memory: {note}",
+                  file=sys.stderr, flush=True)
+        os._exit(128 + os.WTERMSIG(status))
+    os._exit(os.waitstatus_to_exitcode(status))

@@ -30,6 +30,7 @@ from sarlab.data.graphs import Graph, npz_sizes, synthetic_graph
 from sarlab.data.partition import is_partition_dir, load_manifest
 from sarlab.data.validate_data import InputError
 from sarlab.nn.model import ModelConfig
+from sarlab.real.launch import lifecycle
 from sarlab.training.trainer import TrainConfig
 
 _log = logging.getLogger(__name__)
@@ -198,6 +199,7 @@ def _refuse_or_warn(text: str, avail: int, force: bool, log: Callable[[str], Non
     text = f"{text}, but {_gib(avail)} is available to this process (its memory cgroup and MemAvailable)"
     if force:
         log(f"warning: {text}; going on (--force)")
+        lifecycle.survive_oom(f"{text}; --force went on")  # the command line: a kill by the OOM killer is said
         return
     raise InputError(f"{text}: use a smaller graph, model or fewer workers, or pass --force to try anyway")
 
