@@ -10,7 +10,7 @@ from sarlab.common.log import is_quiet
 from sarlab.common.records import describe
 from sarlab.core.comm import check_backend
 from sarlab.data.partition import load_manifest
-from sarlab.data.validate_data import check_int
+from sarlab.data.validate_data import InputError, check_int
 from sarlab.real import api
 from sarlab.real.commands.options import (
     EPILOG,
@@ -96,10 +96,10 @@ def check_dims(a: argparse.Namespace, pdir: str) -> None:
     """The graph's feature and class counts match what the user said the model expects."""
     m = load_manifest(pdir)
     if a.in_dim is not None and a.in_dim != m["feature_dim"]:
-        raise SystemExit(f"error: the model expects {a.in_dim} input features but the graph has "
+        raise InputError(f"the model expects {a.in_dim} input features but the graph has "
                          f"{m['feature_dim']}; drop --in-dim or use a matching graph")
     if a.num_classes is not None and a.num_classes != m["num_classes"]:
-        raise SystemExit(f"error: the model expects {a.num_classes} classes but the graph has "
+        raise InputError(f"the model expects {a.num_classes} classes but the graph has "
                          f"{m['num_classes']}; drop --num-classes or use a matching graph")
 
 
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     engine = engine_config(a, mode="sar" if sampling is not None else None)  # sampling: the exact engine evaluates
 
     if api.under_torchrun() and a.net.emulated:
-        raise SystemExit("error: --net builds the network of a local launch; under torchrun the ranks use the "
+        raise InputError("--net builds the network of a local launch; under torchrun the ranks use the "
                          "network torchrun was given (drop --net)")
 
     def on_partition(pdir: str) -> None:

@@ -143,7 +143,7 @@ def prepare_partition(spec: str, workers: int, method: str, seed: int,
     if is_partition_dir(spec):
         return spec, None
     if os.path.isdir(spec):
-        raise SystemExit(f"error: {spec!r} is a directory without manifest.json; not a partition directory")
+        raise PartitionError(f"{spec!r} is a directory without manifest.json; not a partition directory")
     if out_dir is None and cache:
         return cached_partition(spec, workers, method, seed, say), None
     if out_dir is not None:
