@@ -27,7 +27,9 @@ def calibrate_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", default=str(LOCAL_PROFILE),
                    help="profile JSON to write (default: %(default)s, which `sarlab simulate` uses by default)")
-    p.add_argument("--quick", action="store_true", help="small shapes, few repeats (< 20 s)")
+    p.add_argument("--quick", action="store_true",
+                   help="small shapes, few repeats, no co-location: ~1 min by its step budget on a quiet machine; "
+                   "10-11 min measured on the 2-core VM under a load of 20-25 (it warns when busy)")
     p.add_argument("--no-network", action="store_true", help="skip the gloo benchmark (assume 50 us, 1 GB/s)")
     p.add_argument("--no-fused", action="store_true", help="skip the fused GAT kernels")
     p.add_argument("--no-engine", action="store_true",

@@ -14,7 +14,9 @@ class Calibration:
     """Settings of one calibration run.
 
     Args:
-        quick: small shapes and few repeats (< 20 s), for tests and smoke runs.
+        quick: small shapes and few repeats, for tests and smoke runs (~1 min by the step budget of
+            :mod:`sarlab.real.calibration.budget` on a quiet machine; 10-11 min measured on the 2-core VM under a
+            load of 20-25).
         network: run the two-process gloo benchmark.
         fused: time the fused GAT kernels when ``kernels`` provides them.
         threads: thread count for the "all cores" measurement (default: usable cores).
