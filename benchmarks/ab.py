@@ -28,10 +28,13 @@ TREE_ROOT = str(Path(__file__).resolve().parents[1])  # this checkout: the folde
 DEFAULT_BASE = "/tmp/base"
 
 
-def add_base_root(parser: argparse.ArgumentParser, default: str = DEFAULT_BASE) -> None:
-    """The ``--base-root`` option: the checkout measured as ``base``."""
-    parser.add_argument("--base-root", default=default, help="the other checkout (default %(default)s; make one "
-                        "with `git worktree add /tmp/base <commit>`)")
+def parser(module: str, doc: str, base_root: str = DEFAULT_BASE) -> argparse.ArgumentParser:
+    """The parser of ``python -m benchmarks.MODULE`` (described by the first line of ``doc``), with the
+    ``--base-root`` option: the checkout measured as ``base``."""
+    p = argparse.ArgumentParser(prog=f"python -m benchmarks.{module}", description=doc.splitlines()[0])
+    p.add_argument("--base-root", default=base_root, help="the other checkout (default %(default)s; make one "
+                   "with `git worktree add /tmp/base <commit>`)")
+    return p
 
 
 def check_base_root(root: str, needs: str) -> None:

@@ -243,9 +243,7 @@ def write_outputs(runs: pd.DataFrame, cfg: SpeedConfig, out: str, command: str) 
 
 def build_parser() -> argparse.ArgumentParser:
     d = SpeedConfig()
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.engine_speed", description=__doc__.splitlines()[0])
-    ab.add_base_root(p, d.base_root)
+    p = ab.parser("engine_speed", __doc__, d.base_root)
     for name in ("nodes", "degree", "features", "classes", "hidden", "layers", "gat_hidden", "gat_heads", "epochs",
                  "reps", "rss_reps"):
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(d, name))

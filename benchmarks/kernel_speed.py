@@ -233,15 +233,13 @@ def write_outputs(runs: pd.DataFrame, cfg: SpeedConfig, out: str, command: str) 
                "largest relative difference between the engines' sums of |output| and |gradients|. `load_1min`: the "
                "1-minute load before each process (min-max).")
     ab.write_report(os.path.join(out, "kernel_speed.md"), f"Fused GAT kernel speed: this tree vs {cfg.base_root}",
-                 machine, table, command, reading)
+                    machine, table, command, reading)
     return table
 
 
 def build_parser() -> argparse.ArgumentParser:
     d = SpeedConfig()
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.kernel_speed", description=__doc__.splitlines()[0])
-    ab.add_base_root(p, d.base_root)
+    p = ab.parser("kernel_speed", __doc__, d.base_root)
     for f in fields(SpeedConfig):
         if f.name in ("base_root", "heads", "shuffle_rows"):
             continue

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from sarlab.common.paths import cache_dir
-from sarlab.common.tables import SIMULATED
+from sarlab.common.tables import SIMULATED, SMOKE_MARK
 from sarlab.real.reproduce.reproduce_plan import STEPS, build_plan, select_steps, unit_outputs
 from sarlab.real.reproduce.reproduce_units import Log, run_fig2, run_measured, run_simulated
 from sarlab.real.reproduce.step_cache import (
@@ -88,7 +88,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "records the parameters. Finished steps are skipped unless --force or their parameters changed.",
         epilog=f"Steps: {', '.join(STEPS)} (fig3/fig4 and fig5/fig6 name the step that draws them).")
     size = p.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="tiny versions of every step (about a minute on 2 cores)")
+    size.add_argument("--quick", action="store_true", help="smoke-sized versions of every step, to check that they "
+                      "run; every figure and table says SMOKE-SIZED on its face (measured on a 2-core VM: 290 s of "
+                      "CPU, 4-16 min of wall time depending on what else runs there)")
     size.add_argument("--full", action="store_true", help="the real run (the default; about 1.5-2 hours on 2 cores, "
                       "most of it fig8 and accuracy)")
     p.add_argument("--out", help=f"output directory (default {DEFAULT_OUT}/<quick|full>, sarlab's cache: "
@@ -108,7 +110,38 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run_unit(unit: str, params: dict[str, Any], out: Path, cache: Path | None, log: Log) -> dict[str, Any]:
     """Run one unit (a scratch directory under ``out`` holds what it needs only while it runs); returns its
-    provenance."""
+    provenance. A ``--quick`` unit's figures and tables are marked smoke-sized on their face (:func:`mark_smoke`)."""
+    provenance = _run_unit(unit, params, out, cache, log)
+    if params.get("run") == "quick":
+        mark_smoke(out, unit_outputs(unit, params))
+    return provenance
+
+
+def mark_smoke(out: Path, outputs: dict[str, str]) -> None:
+    """Mark a smoke-sized unit's outputs with :data:`~sarlab.common.tables.SMOKE_MARK`: a red band above each PNG
+    (and the PNG's Description), a first line in each Markdown table; the CSVs keep their columns (the step's
+    manifest says ``"run": "quick"``)."""
+    import matplotlib.pyplot as plt
+
+    for name in outputs:
+        path = out / name
+        if name.endswith(".md"):
+            path.write_text(f"**{SMOKE_MARK}**\n\n{path.read_text()}")
+        elif name.endswith(".png"):
+            image = plt.imread(path)
+            height, width, band, dpi = image.shape[0], image.shape[1], 44, 100
+            fig = plt.figure(figsize=(width / dpi, (height + band) / dpi), dpi=dpi)
+            fig.add_axes((0, 0, 1, height / (height + band))).imshow(image, interpolation="none")
+            fig.axes[0].set_axis_off()
+            fig.patches.append(plt.Rectangle((0, height / (height + band)), 1, band / (height + band),
+                                             transform=fig.transFigure, color="#b22222"))
+            fig.text(0.5, 1 - band / 2 / (height + band), SMOKE_MARK, ha="center", va="center", color="white",
+                     fontsize=13, weight="bold")
+            fig.savefig(path, dpi=dpi, metadata={"Description": SMOKE_MARK})
+            plt.close(fig)
+
+
+def _run_unit(unit: str, params: dict[str, Any], out: Path, cache: Path | None, log: Log) -> dict[str, Any]:
     if params["kind"] == SIMULATED:
         return run_simulated(unit, params, out, log)
     work = Path(tempfile.mkdtemp(prefix=f".reproduce-{unit}-", dir=out))
@@ -118,6 +151,85 @@ def run_unit(unit: str, params: dict[str, Any], out: Path, cache: Path | None, l
         return run_measured(unit, params, out, cache or (work / "partitions"), log)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def units_to_run(steps: list[str], plan: dict[str, dict[str, dict[str, Any]]], out: Path,
+                 force: bool) -> dict[str, list[str]]:
+    """Per step, the units that are not up to date (all of them with ``force``); a step whose manifest holds the
+    current parameters and all of whose outputs exist has none."""
+    todo: dict[str, list[str]] = {}
+    for step in steps:
+        manifest = read_manifest(out, step)
+        outputs = {u: unit_outputs(u, p) for u, p in plan[step].items()}
+        if not force and step_current(manifest, plan[step], outputs, out):
+            todo[step] = []
+        else:
+            entries = manifest.get("units", {})
+            todo[step] = [u for u, p in plan[step].items()
+                          if force or not unit_current(entries.get(u), p, outputs[u], out)]
+    return todo
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _run_and_record(unit: str, params: dict[str, Any], out: Path, cache: Path | None, manifest: dict[str, Any],
+                    step: str, progress: Progress, log: Log) -> dict[str, Any]:
+    """Run one unit, enter it into the step's manifest (written at once) and return its summary entry; a failing
+    unit is reported and returned as ``failed``, not raised, so that the others still run."""
+    outputs = unit_outputs(unit, params)
+    log(progress.line(f"{unit} ({params['kind']}) ..."))
+    t0 = time.perf_counter()
+    try:
+        provenance = run_unit(unit, params, out, cache, log)
+    except Exception as err:  # one unit failing must not lose the others: report it and go on
+        log(f"FAILED {unit}: {type(err).__name__}: {err}\n{traceback.format_exc()}")
+        progress.done += 1
+        return {"unit": unit, "status": "failed", "kind": params["kind"], "error": f"{type(err).__name__}: {err}"}
+    seconds = time.perf_counter() - t0
+    manifest["units"][unit] = {
+        "kind": params["kind"], "figure": params["figure"], "params": params, "params_sha": params_sha(params),
+        "outputs": outputs, "provenance": provenance, "seconds": round(seconds, 1), "finished": _now()}
+    write_manifest(out, step, manifest)
+    progress.done += 1
+    log(progress.line(f"{unit} ({params['kind']}) done in {seconds:.0f}s: {', '.join(outputs)}"))
+    return {"unit": unit, "status": "ran", "kind": params["kind"], "outputs": outputs, "seconds": round(seconds, 1)}
+
+
+def run_step(step: str, units: dict[str, dict[str, Any]], todo: list[str], out: Path, cache: Path | None,
+             run_name: str, progress: Progress, log: Log) -> dict[str, Any]:
+    """Run the units of ``todo`` of one step, keeping the others' manifest entries; the manifest is rewritten after
+    every unit and marked complete when none failed. Returns the step's summary record."""
+    t_step = time.perf_counter()
+    record: dict[str, Any] = {"step": step, "units": []}
+    if not todo:
+        progress.done += len(units)
+        log(progress.line(f"{step}: up to date (reproduce_{step}.json), skipped; --force re-runs it"))
+        record.update(status="up-to-date", seconds=0.0)
+        return record
+    old = read_manifest(out, step)
+    keep = {u: e for u, e in old.get("units", {}).items() if u in units and u not in todo}
+    manifest = {"format_version": MANIFEST_VERSION, "step": step, "run": run_name, "complete": False,
+                "params_sha": params_sha(units), "command": "sarlab reproduce --" + run_name + f" --only {step}",
+                "sarlab_version": version_string(), "started": _now(), "units": keep}
+    write_manifest(out, step, manifest)
+    for unit, params in units.items():
+        if unit in todo:
+            record["units"].append(_run_and_record(unit, params, out, cache, manifest, step, progress, log))
+            continue
+        progress.done += 1
+        log(progress.line(f"{unit} ({params['kind']}): up to date, kept"))
+        record["units"].append({"unit": unit, "status": "up-to-date", "kind": params["kind"],
+                                "outputs": unit_outputs(unit, params)})
+    step_failed = any(u["status"] == "failed" for u in record["units"])
+    manifest["complete"] = not step_failed
+    manifest["finished"] = _now()
+    manifest["seconds"] = round(time.perf_counter() - t_step, 1)
+    manifest["outputs"] = {f: k for u in units if u in manifest["units"] for f, k in unit_outputs(u, units[u]).items()}
+    write_manifest(out, step, manifest)
+    record.update(status="failed" if step_failed else "ran", seconds=manifest["seconds"])
+    return record
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,16 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     def log(line: str) -> None:
         print(line, flush=True)
 
-    todo: dict[str, list[str]] = {}
-    for step in steps:
-        manifest = read_manifest(out, step)
-        outputs = {u: unit_outputs(u, p) for u, p in plan[step].items()}
-        if not args.force and step_current(manifest, plan[step], outputs, out):
-            todo[step] = []
-        else:
-            entries = manifest.get("units", {})
-            todo[step] = [u for u, p in plan[step].items()
-                          if args.force or not unit_current(entries.get(u), p, outputs[u], out)]
+    todo = units_to_run(steps, plan, out, args.force)
     progress = Progress(sum(len(plan[s]) for s in steps))
     run_name = "quick" if args.quick else "full"
     log(f"sarlab reproduce --{run_name} -> {out.resolve()}")
@@ -158,62 +261,9 @@ def main(argv: list[str] | None = None) -> int:
                                      "units": todo[step]})
         _write_summary(args.json, summary, ok=True)
         return 0
-    failed = False
     for step in steps:
-        units = plan[step]
-        t_step = time.perf_counter()
-        record: dict[str, Any] = {"step": step, "units": []}
-        if not todo[step]:
-            progress.done += len(units)
-            log(progress.line(f"{step}: up to date (reproduce_{step}.json), skipped; --force re-runs it"))
-            record.update(status="up-to-date", seconds=0.0)
-            summary["steps"].append(record)
-            continue
-        old = read_manifest(out, step)
-        keep = {u: e for u, e in old.get("units", {}).items() if u in units and u not in todo[step]}
-        manifest = {"format_version": MANIFEST_VERSION, "step": step, "run": run_name, "complete": False,
-                    "params_sha": params_sha(units), "command": "sarlab reproduce --" + run_name + f" --only {step}",
-                    "sarlab_version": version_string(),
-                    "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "units": keep}
-        write_manifest(out, step, manifest)
-        step_failed = False
-        for unit, params in units.items():
-            outputs = unit_outputs(unit, params)
-            if unit not in todo[step]:
-                progress.done += 1
-                log(progress.line(f"{unit} ({params['kind']}): up to date, kept"))
-                record["units"].append({"unit": unit, "status": "up-to-date", "kind": params["kind"],
-                                        "outputs": outputs})
-                continue
-            log(progress.line(f"{unit} ({params['kind']}) ..."))
-            t0 = time.perf_counter()
-            try:
-                provenance = run_unit(unit, params, out, cache, log)
-            except Exception as err:  # one unit failing must not lose the others: report it and go on
-                step_failed = failed = True
-                log(f"FAILED {unit}: {type(err).__name__}: {err}\n{traceback.format_exc()}")
-                record["units"].append({"unit": unit, "status": "failed", "kind": params["kind"],
-                                        "error": f"{type(err).__name__}: {err}"})
-                progress.done += 1
-                continue
-            seconds = time.perf_counter() - t0
-            manifest["units"][unit] = {
-                "kind": params["kind"], "figure": params["figure"], "params": params, "params_sha": params_sha(params),
-                "outputs": outputs, "provenance": provenance, "seconds": round(seconds, 1),
-                "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
-            write_manifest(out, step, manifest)
-            progress.done += 1
-            log(progress.line(f"{unit} ({params['kind']}) done in {seconds:.0f}s: {', '.join(outputs)}"))
-            record["units"].append({"unit": unit, "status": "ran", "kind": params["kind"], "outputs": outputs,
-                                    "seconds": round(seconds, 1)})
-        manifest["complete"] = not step_failed
-        manifest["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        manifest["seconds"] = round(time.perf_counter() - t_step, 1)
-        manifest["outputs"] = {f: k for u in units if u in manifest["units"]
-                               for f, k in unit_outputs(u, units[u]).items()}
-        write_manifest(out, step, manifest)
-        record.update(status="failed" if step_failed else "ran", seconds=manifest["seconds"])
-        summary["steps"].append(record)
+        summary["steps"].append(run_step(step, plan[step], todo[step], out, cache, run_name, progress, log))
+    failed = any(r["status"] == "failed" for r in summary["steps"])
     log(progress.line("failed: see FAILED above" if failed else "all steps done"))
     _write_summary(args.json, summary, ok=not failed)
     return 1 if failed else 0
