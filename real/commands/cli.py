@@ -30,7 +30,7 @@ COMMANDS = {
                                                            "comparison"),
     "netbench": ("sarlab.real.bench.netbench", "main", "measure the links of an emulated cluster network (--net "
                                                            "veth:...)"),
-    "demo": ("sarlab.real.commands.demo", "main", "4 workers, GraphSAGE in sar and oneshot on a built-in graph"),
+    "demo": ("sarlab.real.commands.demo", "main", "memory per worker as workers are added (sar, oneshot)"),
     "build-kernels": ("sarlab.kernels.build", "main", "compile the C++ kernels now (else the first run builds them "
                                                       "in the background)"),
 }

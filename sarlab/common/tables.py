@@ -13,6 +13,8 @@ import pandas as pd
 from sarlab.common.records import summarize
 
 MEASURED, SIMULATED = "measured", "simulated"
+#: what every figure and table of a smoke-sized run (``sarlab reproduce --quick``) says on its face
+SMOKE_MARK = "SMOKE-SIZED (--quick): tiny graphs, few epochs; checks that the pipeline runs, NOT results"
 
 
 def write_csv(df: pd.DataFrame, path: Path) -> None:
