@@ -129,6 +129,15 @@ def check_checkpoint_dir(directory: str, force: bool = False, resume_from: str |
                               "or choose another")
 
 
+def _umask() -> int:
+    """This process's umask, read without changing it (Linux: /proc/self/status), else 022."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return 0o022
+
+
 def atomic_write(path: str, write, before_rename=None, prefix: str | None = None) -> None:
     """``write(binary file)`` into a uniquely named temporary file beside ``path``, fsync, rename over ``path``;
     the temporary file is removed on any failure (a full disk, an exception in ``write``). The one atomic writer
@@ -152,6 +161,7 @@ def atomic_write(path: str, write, before_rename=None, prefix: str | None = None
             os.fsync(f.fileno())
         if before_rename is not None:
             before_rename(file_sha256(tmp))
+        os.chmod(tmp, 0o666 & ~_umask())  # as open() would make it (mkstemp makes 0600)
         os.replace(tmp, path)
     except BaseException as err:
         if os.path.exists(tmp):
