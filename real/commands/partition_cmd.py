@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         outputs.check_output_file(a.json, "json", a.force)
     if a.graph is not None:
-        sizing.check_partition_size(a.graph, a.parts, a.force, progress)
+        sizing.check_partition_size(a.graph, a.parts, a.force, progress, out_dir=a.out)
     if a.from_dgl:
         manifest = convert(a.from_dgl, a.out, keys=a.dgl_keys, orig_ids=a.dgl_orig_ids, force=a.force,
                            progress=progress)

@@ -25,6 +25,7 @@ import os
 import re
 from collections.abc import Callable
 
+from sarlab.data import staging
 from sarlab.data.graph_data import parse_params
 from sarlab.data.graphs import Graph, npz_sizes, synthetic_graph
 from sarlab.data.partition import is_partition_dir, load_manifest
@@ -230,12 +231,17 @@ def check_run_size(graph, world: int, model: ModelConfig, train: TrainConfig, fo
     return est
 
 
-def check_partition_size(graph, parts: int, force: bool = False, log: Callable[[str], None] = _log.info) -> int | None:
-    """Refuse (``force``: warn) partitioning a graph whose loading needs more memory than is available; returns the
-    estimate in bytes (None when the sizes cannot be told before loading)."""
+def check_partition_size(graph, parts: int, force: bool = False, log: Callable[[str], None] = _log.info,
+                         out_dir: str | None = None) -> int | None:
+    """Refuse (``force``: warn) partitioning a graph whose loading needs more memory than is available, and (always)
+    one whose parts would not fit the free space under ``out_dir``; returns the memory estimate in bytes (None when
+    the sizes cannot be told before loading)."""
     sizes = graph_sizes(graph)
     if sizes is None or sizes.get("partitioned"):
         return None
+    if out_dir is not None:  # features, labels, masks, ids and int64 in-edges (halo lists are counted after loading)
+        n, e, f = (max(0, int(sizes[k])) for k in ("nodes", "edges", "features"))
+        staging.check_free(os.path.dirname(os.path.abspath(out_dir)), n * (4 * f + 19) + 16 * e, f"--out {out_dir!r}")
     need, avail = loading_bytes(sizes), available_bytes()
     if avail is not None and need > avail:
         _refuse_or_warn(f"partitioning {graph} into {parts} parts needs about {_gib(need)} of memory "
