@@ -1,4 +1,4 @@
-"""``sarlab demo``: what SAR is for, on this machine in about a minute: a worker's memory falls as workers are added.
+"""``sarlab demo``: what SAR is for, measured on this machine: a worker's memory falls as workers are added.
 
 GraphSAGE (3 layers, hidden 256) trains for a few epochs on a built-in synthetic graph large enough that the
 activations kept for the backward, not torch itself, are what training adds to a worker: in ``sar`` mode on 1, 2
@@ -124,8 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="sarlab demo",
         description="What SAR is for: GraphSAGE on a built-in 20k-node graph in sar mode on 1, 2 and 4 workers "
-        "and in oneshot on 4; a worker's memory above its baseline falls as workers are added. Measured on this "
-        "machine (about a minute on a quiet 2-core VM).")
+        "and in oneshot on 4; a worker's memory above its baseline falls as workers are added. Every number is "
+        "measured on this machine. Time measured on a 2-core VM: 70 s of CPU (about a minute when the VM is "
+        "quiet; 4.5 min while other jobs loaded it).")
     p.add_argument("--workers", type=int, default=4, help="the largest worker count (default %(default)s)")
     p.add_argument("--epochs", type=int, default=3, help="epochs per run (default %(default)s; the first is "
                    "warm-up and not summarised)")
