@@ -12,7 +12,8 @@ pytest.importorskip("ipykernel")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK_DIR = os.path.join(ROOT, "notebooks")
-NOTEBOOKS = ("quickstart.ipynb", "memory_profiling.ipynb", "what_if.ipynb", "custom_layer.ipynb", "planner.ipynb")
+NOTEBOOKS = ("quickstart.ipynb", "memory_profiling.ipynb", "what_if.ipynb", "custom_layer.ipynb", "planner.ipynb",
+             "pyg_model.ipynb")
 CELL_TIMEOUT_S = 300
 
 
