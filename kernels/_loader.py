@@ -136,7 +136,12 @@ def declared_ninja():
 def _build_turn(directory: Path):
     """Hold this directory's build ``flock``; remove torch's ``lock`` marker a dead builder left behind."""
     with open(directory / "build.flock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("sarlab kernels: another process is building in %s (its log: %s); waiting for it", directory,
+                     directory.parent / "build.log")
+            fcntl.flock(handle, fcntl.LOCK_EX)
         stale = directory / "lock"
         if stale.exists():
             warnings.warn(f"sarlab kernels: removing {stale}, left by a build that did not finish", stacklevel=3)
