@@ -176,7 +176,8 @@ def test_cgroup_limit_is_read_from_this_process_path(tmp_path):
 @pytest.mark.parametrize("kwargs, error, name", [
     ({"workers": "2"}, TypeError, "workers"),
     ({"epochs": 0}, ValueError, "epochs"),
-    ({"timeout_s": -1.0}, ValueError, "timeout_s"),
+    ({"timeout_s": -1.0}, ValueError, "timeout must be a finite number > 0"),
+    ({"run_timeout_s": 0}, ValueError, "run_timeout_s"),
     ({"port": 70000}, ValueError, "port"),
     ({"method": "spectral"}, ValueError, "method"),
     ({"memory": "lots"}, ValueError, "memory"),
