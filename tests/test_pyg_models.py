@@ -29,6 +29,8 @@ from sarlab.real.launch.launcher import launch
 from sarlab.training.trainer import TrainConfig
 
 MODES = ("sar", "sa", "oneshot")
+#: (fused attention kernels, mode): GAT's fused and unfused online softmax in every mode
+VARIANTS = tuple((fused, mode) for fused in (True, False) for mode in MODES)
 RELATIONS = 3
 TOL = 1e-10
 
@@ -124,17 +126,18 @@ def _table(errors: dict) -> str:
 
 
 def _distributed(graph, workers: int, tmp_path) -> list[dict]:
-    """One launch of ``workers`` processes: a training forward/backward of ``Branches`` in every mode (the verify
-    job's variants, as ``sarlab.gradients`` runs one); per mode the loss, gradients, logits by node and init."""
+    """One launch of ``workers`` processes: a training forward/backward of ``Branches`` in every variant (mode, fused
+    attention or not: the verify job's variants, as ``sarlab.gradients`` runs one); per variant the loss, gradients,
+    logits by node and the initial weights."""
     pdir = str(tmp_path / f"parts{workers}")
     partition(graph, workers, pdir)
     cfg = ModelConfig(seed=3)
-    variants = tuple((cfg, EngineConfig(mode=mode), "float64") for mode in MODES)
+    variants = tuple((cfg, EngineConfig(mode=mode, fused=fused), "float64") for fused, mode in VARIANTS)
     job = Job("verify", pdir, cfg, TrainConfig(dtype="float64"), variants[0][1], timeout_s=120, variants=variants,
               model_factory=custom_model.pack(Branches), quiet=True)
     gathered = launch(job, workers, log=lambda m: None, run_timeout_s=300)
     out = []
-    for i in range(len(MODES)):
+    for i in range(len(VARIANTS)):
         ranks = [rank[i] for rank in gathered]
         logits = torch.zeros(graph.num_nodes, graph.num_classes, dtype=torch.float64)
         for r in ranks:
@@ -148,19 +151,19 @@ def _distributed(graph, workers: int, tmp_path) -> list[dict]:
 @pytest.mark.parametrize("workers", [2, 3, 4])
 def test_pyg_layers_gradients_equal_single_process(graph, workers, tmp_path):
     errors, problems = {}, []
-    for mode, got in zip(MODES, _distributed(graph, workers, tmp_path)):
+    for (fused, mode), got in zip(VARIANTS, _distributed(graph, workers, tmp_path)):
         logits, loss, grads = _reference(graph, got["init"])
         assert set(got["grads"]) == set(grads)
         assert abs(got["loss"] - loss) < TOL, (mode, got["loss"], loss)
         if (got["logits"] - logits).abs().max() > TOL:
-            problems.append(f"{mode}: logits differ by {(got['logits'] - logits).abs().max():.2e}")
+            problems.append(f"{mode} (fused={fused}): logits differ by {(got['logits'] - logits).abs().max():.2e}")
         for kind in LAYERS:
             prefix = f"branches.{_key(kind)}."
-            errors[(kind, mode)] = max(float((got["grads"][n] - g).abs().max()) for n, g in grads.items()
-                                       if n.startswith(prefix))
+            err = max(float((got["grads"][n] - g).abs().max()) for n, g in grads.items() if n.startswith(prefix))
+            errors[(kind, mode)] = max(errors.get((kind, mode), 0.0), err)  # the worse of fused and unfused
         assert all(b > 0 for b in got["bytes_sent"]), "no rows exchanged: not a distributed check"
     table = _table(errors)
-    print(f"\nN = {workers}, max |grad - PyG grad| per layer kind:\n{table}")
+    print(f"\nN = {workers}, max |grad - PyG grad| per layer kind (fused and unfused attention):\n{table}")
     bad = [k for k, e in errors.items() if not e <= TOL]
     assert not bad and not problems, f"{problems}\n{table}"
 
