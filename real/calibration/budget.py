@@ -22,6 +22,10 @@ OP_BASE_S, OP_PER_COUNT_S = (1.0, 4.0), (0.3, 0.6)
 BUSY_SHARE = 0.5
 #: op families and the other timed steps (memory, network, engine, one share group per thread count)
 OP_FAMILIES = 7
+#: how much more than ``expected x load / cores`` a busy machine took: ``--quick`` ran 10.5 min pinned to one core
+#: at a load of 23.6 (estimate 14 min) and 16.7 min on both cores at 21.3 (estimate 6.4 min) on the 2-core EPYC VM
+#: (issue 39): the steps that start interpreters (message costs, progress spread, engine epochs) slow down most
+BUSY_FACTOR = 3.0
 
 
 def _pick(cal: Calibration, pair: tuple[float, float]) -> float:
@@ -68,11 +72,13 @@ def busy_warning(cal: Calibration, cores: int, load: float | None = None) -> lis
     steps = OP_FAMILIES + 4
     tries = max(cal.quiet_tries, 1)
     waits = 0.0 if cal.quick else steps * tries * cal.quiet_wait_s
-    worst = tries * expected * max(1.0, load / cores) + waits
+    likely = tries * expected * max(1.0, load / cores)
+    worst = BUSY_FACTOR * likely + waits
     lines.append(
         f"[calibrate] BUSY MACHINE: load average {load:.1f} on {cores} core(s): other processes compete for the "
         f"cores, so timings are slower and noisier. Each disturbed step is measured up to {tries} time(s)"
         + (f" after waiting up to {cal.quiet_wait_s:.0f} s for a quiet spell" if waits else "")
-        + f": this may take up to ~{worst / 60:.0f} min instead of ~{expected / 60:.1f}, and the profile may be "
+        + f": this may take ~{likely / 60:.0f} to ~{worst / 60:.0f} min instead of ~{expected / 60:.1f}, and the "
+        "profile may be "
         "flagged implausible. Calibrate on a quiet machine (or pinned, idle cores) for numbers to rely on.")
     return lines
