@@ -226,3 +226,17 @@ def test_attached_model_still_runs_plain_pyg_and_is_restored(graph):
     for _, layer in message_passing_layers(model):
         assert not {"propagate", "edge_updater", "forward"} & set(layer.__dict__)
     assert not model._forward_pre_hooks
+
+
+class ByData(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = pyg.GCNConv(8, 4)
+
+    def forward(self, data):
+        return self.conv(data.x, data.edge_index)
+
+
+def test_a_forward_taking_data_is_refused():
+    with pytest.raises(InputError, match=r"not forward\(data\)"):
+        sharded(ByData()).__enter__()

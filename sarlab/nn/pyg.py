@@ -52,9 +52,9 @@ def _takes_edge_type(module: nn.Module) -> bool:
 
 def _pre_hook(with_types: bool):
     def hook(module: nn.Module, args: tuple) -> tuple:
-        graph, x = args[0], args[1]
-        if isinstance(graph, ShardedEdges) or not hasattr(graph, "shards"):
+        if len(args) < 2 or isinstance(args[0], ShardedEdges) or not hasattr(args[0], "shards"):
             return None  # already a PyG-style call (x, edge_index, ...): leave it
+        graph, x = args[0], args[1]
         edges = ShardedEdges(graph)
         return (x, edges, ShardedEdgeTypes(graph)) if with_types else (x, edges)
     return hook
@@ -103,6 +103,11 @@ def attach(module: nn.Module) -> Attachment:
     layers = message_passing_layers(module)
     if not layers:
         raise InputError(f"{type(module).__name__} has no torch_geometric MessagePassing layer: not a PyG model")
+    positional = [p for p in inspect.signature(module.forward).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
+    if len(positional) < 2 and not any(p.kind == p.VAR_POSITIONAL for p in positional):
+        raise InputError(f"{type(module).__name__}.forward takes {len(positional)} argument(s); sarlab calls a PyG "
+                         "model as forward(x, edge_index[, edge_type]) (not forward(data))")
     for name, layer in layers:
         pyg_rules.check_layer(_label(name, layer), layer)
     handle = Attachment(module)
