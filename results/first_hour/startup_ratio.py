@@ -4,7 +4,7 @@
         [--sarlab before=/tmp/venv-before/bin/sarlab]
 
 One round = ``python -c "import torch, torch_geometric"`` then, for each ``--sarlab LABEL=COMMAND`` in turn,
-``sarlab train --graph planetoid:cora --workers 2 --epochs 1 -q --memory rss`` with ``SARLAB_KERNELS=torch`` (so no
+``sarlab train --graph planetoid:cora --workers 2 --epochs 1 --memory rss`` with ``SARLAB_KERNELS=torch`` (so no
 kernel build of either version is timed: this is the start-up, not the compile); wall clock of each, the 1-minute
 load average read just before it. A warm-up run of each command first (the partition cache where there is one, the
 page cache). Appends rows (label, pair, what, seconds, load1) to ``startup_ratio.csv`` beside this file and prints
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-RUN = ["train", "--graph", "planetoid:cora", "--workers", "2", "--epochs", "1", "-q", "--memory", "rss"]
+RUN = ["train", "--graph", "planetoid:cora", "--workers", "2", "--epochs", "1", "--memory", "rss"]
 ENV = {**os.environ, "SARLAB_KERNELS": "torch"}
 
 
