@@ -1,5 +1,6 @@
 // The Python module of the extension: the kernels (GIL released while they run) and the allocator.
-#include <torch/extension.h>
+// pybind11 with torch's tensor casters, not torch/extension.h (the whole C++ frontend: a third of the build).
+#include <torch/csrc/utils/pybind.h>
 
 #include "kernels.h"
 

@@ -6,7 +6,12 @@
 // not depend on the thread count.
 #pragma once
 
-#include <ATen/ATen.h>
+// The tensor type and the three factories the kernels call, not all of ATen (ATen/ATen.h): each translation unit
+// parses a fifth of the headers (the build is mostly header parsing).
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
 
 #include <cstdint>
 #include <vector>
