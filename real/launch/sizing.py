@@ -36,8 +36,10 @@ from sarlab.training.trainer import TrainConfig
 
 _log = logging.getLogger(__name__)
 
-#: resident bytes of a worker before its data: interpreter, torch, PyG, the kernels (VmRSS after imports, here)
-WORKER_BASE_BYTES = 300 * 2**20
+#: resident bytes of a worker beside what the simulator models: interpreter, torch, PyG, the kernels, gloo's
+#: buffers (VmHWM of a worker on a 1,000-node graph, whose data the simulator puts at 8 MiB, was 329 MiB here;
+#: results/safety/size_estimate.md)
+WORKER_BASE_BYTES = 320 * 2**20
 #: environment variable: the bytes the size check takes as available (default: the cgroup's limit, MemAvailable)
 AVAILABLE_ENV = "SARLAB_MEMORY_AVAILABLE"
 #: the most parts the simulator is asked to price (see the module docstring)
