@@ -32,6 +32,11 @@ from sarlab.data.validate_data import InputError
 TAG_FEATURES, TAG_GRADS, TAG_HALO, TAG_HALO_GRADS = 1, 2, 3, 4
 
 
+class BackendUnavailable(InputError, RuntimeError):
+    """A backend this torch build or machine cannot run: a user's choice to change (exit 2), and a RuntimeError as
+    it always was."""
+
+
 def check_backend(name: str) -> None:
     """Raise a clear one-line error when a backend is unknown or unusable here; for ``ccl``, build its extension
     now (once, cached) so that the workers find it ready."""
@@ -56,7 +61,7 @@ def check_backend(name: str) -> None:
         }
         where = "" if name == "ccl" else " in this torch build"
         usable = [b for b in BACKENDS if available[b]]
-        raise InputError(f"backend {name!r} is not available{where}: {hints[name]}. "
+        raise BackendUnavailable(f"backend {name!r} is not available{where}: {hints[name]}. "
                            f"Available here: {', '.join(usable) or 'none'}")
     prepare_backend(name)
 
