@@ -9,6 +9,7 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -146,3 +147,25 @@ def test_build_kernels_command_is_documented():
     assert "build-kernels" in listed.stdout and "--quiet" in listed.stdout, listed.stdout
     res = run_cli(["build-kernels", "--help"], timeout=120)
     assert res.returncode == 0 and "background" in res.stdout and "-q, --quiet" in res.stdout, res.stdout
+
+
+def test_a_build_waiting_for_another_says_so(tmp_path, caplog):
+    """A process whose build must wait for another's (the directory's flock) logs that it waits, and for whom."""
+    with caplog.at_level(logging.INFO, logger="sarlab"), open(tmp_path / "build.flock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        entered = threading.Event()
+
+        def build_turn() -> None:
+            with _loader._build_turn(tmp_path):
+                entered.set()
+
+        waiter = threading.Thread(target=build_turn)
+        waiter.start()
+        deadline = time.monotonic() + 30
+        while not any("waiting" in r.getMessage() for r in caplog.records) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not entered.is_set()
+        fcntl.flock(held, fcntl.LOCK_UN)
+        waiter.join(timeout=30)
+    assert entered.is_set()
+    assert any("another process is building" in r.getMessage() for r in caplog.records), caplog.text
