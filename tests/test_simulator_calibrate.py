@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from test_simulator_fixtures import hand_profile
 
+import sarlab.real.bench.bench as bench_module
 import sarlab.real.calibration.calibrate as calibrate_module
-import sarlab.simulator.calibration.probe as probe_module
 from sarlab.real.bench.bench import _Prober
 from sarlab.real.calibration.hostbench import bench_first_use, bench_share, launch_commbench
 from sarlab.real.calibration.sharebench import window_order
@@ -199,7 +199,7 @@ def test_bench_probe_brackets_each_configuration(monkeypatch):
     """`sarlab bench engine --probe`: a configuration's records get the probes before and after it and their
     geometric mean."""
     times = iter([2.0, 8.0, 2.0])
-    monkeypatch.setattr(probe_module, "speed_probe", lambda pdir: {"probe_epoch_s": next(times), "probe_graph": "g",
+    monkeypatch.setattr(bench_module, "speed_probe", lambda pdir: {"probe_epoch_s": next(times), "probe_graph": "g",
                                                                 "probe_time": 0.0})  # fmt: skip
     prober = _Prober("/nonexistent-cache")
     prober.run(0.0)

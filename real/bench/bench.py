@@ -30,7 +30,7 @@ from sarlab.data.graphs import load_graph
 from sarlab.data.partition import is_partition_dir, partition
 from sarlab.data.validate_data import InputError
 from sarlab.nn.model import ModelConfig
-from sarlab.real.calibration import speed_probe
+from sarlab.real.calibration.engine_runs import speed_probe
 from sarlab.real.commands.options import add_memory_arg, add_net_arg, write_json
 from sarlab.real.launch.jobs import Job
 from sarlab.real.launch.launcher import launch, preflight
@@ -192,7 +192,7 @@ class _Prober:
 
     def run(self, t_start: float) -> dict:
         t0 = time.perf_counter()
-        self.last = speed_probe.speed_probe(self.pdir)
+        self.last = speed_probe(self.pdir)
         if self.manifests:
             keep_manifest(self.pdir, self.manifests)
         self.log(f"[{time.perf_counter() - t_start:6.0f}s] speed probe: epoch {self.last['probe_epoch_s']:.2f}s "

@@ -1,4 +1,5 @@
-"""Real engine epochs for the calibration: single-worker ``sarlab train`` runs and the compute scale they give.
+"""Real engine epochs for the calibration: single-worker ``sarlab train`` runs, the compute scale they give, and
+the speed probe (:func:`speed_probe`) that ``sarlab bench engine --probe`` runs between configurations.
 
 The op microbenchmarks miss part of a whole epoch (fresh-page faults of large tensors, the allocator, small
 ops and Python), and that part grows with the memory a worker holds. :func:`bench_engine` measures it: real
@@ -14,6 +15,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from sarlab.real.calibration.harness import ROOT
 from sarlab.simulator.calibration.calibration import Calibration
 from sarlab.simulator.calibration.fitting import fit_scale_curve, median_scale_points
 from sarlab.simulator.calibration.measured import read_records, summarize_measured
+from sarlab.simulator.calibration.probe import PROBE_GRAPH, PROBE_MODEL
 from sarlab.simulator.hardware.profile import Profile
 from sarlab.simulator.system.replay import simulate_row
 
@@ -131,3 +134,26 @@ def bench_engine(cal: Calibration, profile: Profile) -> tuple[float, tuple[tuple
     cal.log("    power law: " + ", ".join(f"{v:.3f} at {b / 2**20:.0f} MB" for b, v in curve))
     raw["compute_scale"], raw["compute_scale_curve"], raw["compute_scale_key"] = overall, curve, cal.scale_key
     return overall, curve, raw
+
+
+def speed_probe(partition_dir: str | Path, spec: str = PROBE_GRAPH) -> dict[str, Any]:
+    """Measure the machine's current speed with the probe (:data:`PROBE_MODEL` on ``spec``, one worker with
+    one thread); returns its epoch time and the configuration columns its prediction needs (:func:`probe_row`).
+
+    One thread, like the calibration's engine runs (:func:`engine_epoch`): the scale the probe gives then
+    holds no error of the profile's thread efficiencies (records of probes run with all cores carry
+    ``probe_threads`` and are priced as they ran).
+    """
+    row = engine_epoch(spec, PROBE_MODEL["model"], PROBE_MODEL["layers"], PROBE_MODEL["hidden"],
+                       PROBE_MODEL["epochs"], partition_dir, threads=1)  # fmt: skip
+    return {
+        "probe_epoch_s": float(row["measured_epoch_time_s"]),
+        "probe_graph": spec,
+        "probe_num_nodes": int(row["num_nodes"]),
+        "probe_num_edges": int(row["num_edges"]),
+        "probe_feature_dim": int(row["feature_dim"]),
+        "probe_num_classes": int(row["num_classes"]),
+        "probe_partition_dir": str(partition_dir),
+        "probe_threads": int(row["threads"]),
+        "probe_time": time.time(),
+    }

@@ -1,7 +1,7 @@
 """The speed probe's reading: what the fixed real workload run next to each measured configuration says.
 
 A shared VM's speed drifts between minutes, so ``sarlab bench engine --probe`` runs
-:func:`sarlab.real.calibration.speed_probe.speed_probe`
+:func:`sarlab.real.calibration.engine_runs.speed_probe`
 between configurations; the validation divides each configuration's adjacent probe epoch time by the
 simulator's prediction of the probe to get the ``compute_scale`` that held while it ran (:func:`probe_scale`).
 """
@@ -23,7 +23,8 @@ PROBE_MODEL = {"model": "gcn", "layers": 3, "hidden": 256, "epochs": 3}
 
 
 def probe_row(row: pd.Series) -> pd.Series:
-    """The configuration of the speed probe that ran next to ``row`` (:func:`speed_probe`), as a
+    """The configuration of the speed probe that ran next to ``row``
+    (:func:`sarlab.real.calibration.engine_runs.speed_probe`), as a
     :func:`sarlab.simulator.calibration.measured.summarize_measured`-like row that
     :func:`sarlab.simulator.system.replay.simulate_row` accepts."""
     return pd.Series(
