@@ -284,14 +284,14 @@ def start_background_build() -> int | None:
     return child.pid
 
 
-def _obtain() -> ModuleType:
-    """The extension: a finished build loaded, else built as :func:`build_mode` says (BuildPending unless built
-    in this process)."""
+def _obtain(wait: bool) -> ModuleType:
+    """The extension: a finished build loaded, else compiled here (``wait`` or :func:`build_mode` foreground), else
+    BuildPending (a background build started, or one already running)."""
     flags = _built_variant()
     if flags is not None:
         return _load(flags, verbose=False)
     mode = build_mode()
-    if mode == "foreground":
+    if wait or mode == "foreground":
         return _compile(verbose=False)
     where = build_dir()
     if mode == "off":
@@ -318,7 +318,7 @@ def extension(wait: bool = False) -> ModuleType | None:
     with _lock:
         if _ext is None and (_ext_error is None or (wait and isinstance(_ext_error, BuildPending))):
             try:
-                _ext = _compile(verbose=False) if wait and _ext_error is not None else _obtain()
+                _ext = _obtain(wait)
                 _ext_error = None
             except BuildPending as pending:
                 _ext_error = pending

@@ -132,6 +132,13 @@ def test_explicit_cpp_builds_in_the_foreground_while_pending(unbuilt, monkeypatc
     assert kernels.backend("cpp") == "cpp" and _loader.extension() is sentinel
 
 
+def test_explicit_cpp_first_builds_in_the_foreground(unbuilt, monkeypatch):
+    spawned, sentinel = _Spawned(), object()
+    monkeypatch.setattr(_loader.subprocess, "Popen", spawned)
+    monkeypatch.setattr(_loader, "_compile", lambda verbose: sentinel)
+    assert kernels.backend("cpp") == "cpp" and _loader.extension() is sentinel and spawned.commands == []
+
+
 def test_compiling_logs_progress_with_elapsed_time(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(_loader, "TICK_S", 0.05)
     with caplog.at_level(logging.INFO, logger="sarlab"), _loader._ticking(tmp_path):
