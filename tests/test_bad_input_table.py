@@ -266,7 +266,7 @@ def _leftovers(tmp: str, pid: int, namespaces: set[str]) -> list[str]:
     time.sleep(0.5)  # a SIGKILLed worker's exit is reaped by init
     left = [f"process {p}" for p in set(_ours(pid)) | set(_mentioning(tmp))]
     left += [f"{tmp}/{e}" for e in os.listdir(tmp) if e not in ("p2", "sig") and not e.startswith("torchinductor")]
-    left += [f"netns {n}" for n in _netns() - namespaces]
+    left += [f"netns {n}" for n in _netns() - namespaces if f"-{pid}-" in n]  # ours: named with the launcher pid
     return left
 
 

@@ -241,12 +241,12 @@ def check_partition_size(graph, parts: int, force: bool = False, log: Callable[[
     sizes = graph_sizes(graph)
     if sizes is None or sizes.get("partitioned"):
         return None
-    if out_dir is not None:  # features, labels, masks, ids and int64 in-edges (halo lists are counted after loading)
-        n, e, f = (max(0, int(sizes[k])) for k in ("nodes", "edges", "features"))
-        staging.check_free(os.path.dirname(os.path.abspath(out_dir)), n * (4 * f + 19) + 16 * e, f"--out {out_dir!r}")
     need, avail = loading_bytes(sizes), available_bytes()
     if avail is not None and need > avail:
         _refuse_or_warn(f"partitioning {graph} into {parts} parts needs about {_gib(need)} of memory "
                         f"({sizes['nodes']} nodes, {sizes['edges']} edges, {sizes['features']} features)",
                         avail, force, log)
+    if out_dir is not None:  # features, labels, masks, ids and int64 in-edges (halo lists are counted after loading)
+        n, e, f = (max(0, int(sizes[k])) for k in ("nodes", "edges", "features"))
+        staging.check_free(os.path.dirname(os.path.abspath(out_dir)), n * (4 * f + 19) + 16 * e, f"--out {out_dir!r}")
     return need
