@@ -77,8 +77,9 @@ def test_sigstopped_rank_is_named(pdir, tmp_path):
 def test_killed_launchers_temporary_partition_is_swept(pdir, tmp_path):
     env = {"TMPDIR": str(tmp_path)}  # this test's own temporary folder: other runs' directories are not touched
     log = str(tmp_path / "run.log")
-    proc = _start([*TRAIN, "--graph", "synthetic:nodes=300,degree=4,features=4,classes=3", "--epochs", "1000000"],
-                  log, env)
+    # --no-cache: a temporary partition (a cached one lives in the user cache and is meant to stay)
+    proc = _start([*TRAIN, "--graph", "synthetic:nodes=300,degree=4,features=4,classes=3", "--epochs", "1000000",
+                   "--no-cache"], log, env)
     try:
         _wait_for(proc, log, "epoch 2/")
         assert glob.glob(str(tmp_path / f"sarlab-parts-{proc.pid}-*")), os.listdir(tmp_path)
