@@ -50,7 +50,7 @@ def test_executor_choice():
 def test_1024_workers_three_layers_in_seconds():
     """Scale: 1,024 workers, 3 layers (6.3M messages) complete with finite times; every pair of the drawn
     partition carries a message each way per layer. The CPU time is printed, not asserted (a loaded machine
-    must not fail the suite): about 1.6 s on the 2-core VM, see results/simulator_claims.md."""
+    must not fail the suite): about 1.6 s on the 2-core VM, see results/cluster_claims/simulator_claims.md."""
     spec = ModelSpec("gcn", layers=3, hidden=256)
     for workers in (128, 1024):
         st = GRAPH_PRESETS["ogbn-products"].estimate(workers, edge_cut=0.1)

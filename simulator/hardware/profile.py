@@ -352,7 +352,7 @@ def icelake_hdr200() -> Profile:
         "noise costs 0.5-2.5 % of run time on ASCI Q with detours up to ms (Petrini et al., SC 2003); 0.31 % "
         "daemon activity slowed an IBM SP's 4096-way allreduce from 710 us to 3 ms (Jones et al., SC 2003); a "
         "1 kHz timer tick costs microseconds per tick (Tsafrir et al., ICS 2005). The sensitivity sweep "
-        "(results/simulator_sensitivity.md) varies it from 0 to 1 ms.",
+        "(results/cluster_claims/simulator_sensitivity.md) varies it from 0 to 1 ms.",
     )
     return Profile(
         name="icelake-hdr200",

@@ -23,7 +23,7 @@ its received halo rows and the copies of the rows it sent (released only when th
 of the extended ``[own; halo]`` matrices that ``oneshot`` builds too, so the peak grows by
 ``sum_l (S + 1) (in_{p,l} + out_{p,l})``. (Measured once, SAGE on 40k nodes, N = 2 and 4: +28.7 and +31.5 MiB over
 ``oneshot``; the formula before this one, ``(S + 1) in + S out``, gave +21 and +24 MiB, so this one about +28
-and +32 MiB where ``in`` and ``out`` are about equal; ``results/planner_validation.md``.)
+and +32 MiB where ``in`` and ``out`` are about equal; ``results/sampling/planner_validation.md``.)
 """
 
 from __future__ import annotations
