@@ -172,7 +172,10 @@ def _raises(message):
 ])
 @pytest.mark.timeout(120)
 def test_bad_model_fn_is_an_input_error_before_any_worker(graph, model_fn, expected, tmp_path):
-    with pytest.raises(InputError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+    """A model_fn that fails, returns no module or takes the wrong arguments is an InputError; one that is no callable
+    at all a TypeError naming the argument (issue 41's rule for sarlab.run); both before any worker starts."""
+    refusal = TypeError if model_fn == 42 else InputError
+    with pytest.raises(refusal, match=expected.replace("(", r"\(").replace(")", r"\)")):
         sarlab.run(graph, workers=2, model_fn=model_fn, partition_dir=str(tmp_path / "parts"), run_timeout_s=60)
 
 
