@@ -168,7 +168,7 @@ def _raises(message):
     (lambda: _raises("no such layer"), "failed when called with no arguments: RuntimeError: no such layer"),
     (lambda in_dim, num_classes: "not a module", "returned str, not a torch.nn.Module"),
     (lambda in_dim: nn.Linear(in_dim, 2), "takes one argument"),
-    (42, "must be a callable"),
+    (42, "model_fn must be callable, got int"),
 ])
 @pytest.mark.timeout(120)
 def test_bad_model_fn_is_an_input_error_before_any_worker(graph, model_fn, expected, tmp_path):
