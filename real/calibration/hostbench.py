@@ -20,6 +20,7 @@ import time
 import numpy as np
 import torch
 
+from sarlab.common.machine import usable_cores
 from sarlab.core.memory import rss_bytes
 from sarlab.real.calibration.harness import ROOT, free_port, module_command, module_env
 from sarlab.real.calibration.sharebench import GAP_S
@@ -94,6 +95,14 @@ SHARE_WINDOW_S = 0.4
 SHARE_LEAD_IN_S = 12.0
 
 
+def busy_ratio() -> float:
+    """The 1-minute load average over the usable cores (0 where the OS has none)."""
+    try:
+        return os.getloadavg()[0] / max(usable_cores(), 1)
+    except OSError:
+        return 0.0
+
+
 def share_seconds(cal: Calibration, families: int = 7) -> float:
     """Expected wall seconds of one :func:`bench_share` group: lead-in, then every family's windows."""
     seconds, pairs = (0.3, 2) if cal.quick else (SHARE_WINDOW_S, max(cal.share_pairs, 1))
@@ -124,7 +133,8 @@ def bench_share(cal: Calibration, found: Findings, cores: int, threads: int = 1)
         return {}
     seconds = 0.3 if cal.quick else SHARE_WINDOW_S
     pairs = 2 if cal.quick else max(cal.share_pairs, 1)
-    lead_in_s = SHARE_LEAD_IN_S
+    # interpreters start slower on a busy machine: a late process misses the first families' windows
+    lead_in_s = SHARE_LEAD_IN_S * min(4.0, max(1.0, busy_ratio()))
     start_at = time.time() + lead_in_s
     cmd = module_command("sharebench", "--start-at", repr(start_at), "--seconds", str(seconds),
                          "--pairs", str(pairs), "--threads", str(threads))
