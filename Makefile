@@ -52,8 +52,11 @@ lint: $(STAMP)
 docs: $(STAMP)
 	$(PY) docs/build.py $(DOCS_OUT)
 
+# three pytest workers over the two cores, a test file each at a time (most tests wait on the processes they
+# start); TEST_WORKERS=0 runs them one by one
+TEST_WORKERS ?= 3
 test: kernels lint
-	$(PY) -m pytest -q -ra --durations=15
+	$(PY) -m pytest -q -ra --durations=25 -n $(TEST_WORKERS) --dist loadfile
 
 # every test, the slow ones too (about 10 more minutes on 2 cores)
 test-all: kernels lint
