@@ -43,6 +43,9 @@ def test_plan_picks_and_bills_by_hand(tmp_path):
     assert picks["lowest_cost"]["cost_usd"] == min(r["cost_usd"] for r in fits)
     assert picks["best_value"]["value"] == max(r["value"] for r in fits)
     assert "lowest time" in proc.stdout and "best value" in proc.stdout
+    # the output says the numbers are predicted and how cost and value are computed
+    text = " ".join(proc.stdout.split())  # the legend is wrapped for the terminal
+    assert "PREDICTED" in text and "value = 1 / (total s x cost $)" in text
     assert "1 worker(s)" in proc.stderr  # progress
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
 

@@ -77,7 +77,11 @@ def test_simulate_cli_sweep(tmp_path, capsys):
     assert (tmp_path / "png" / "simulator_gantt_gcn-sar-N2.png").stat().st_size > 0
     assert (tmp_path / "png" / "simulator_memory_gcn-sar-N2.png").stat().st_size > 0
     assert (tmp_path / "png" / "simulator_scaling.png").exists()
-    assert "events/s" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "events/s" in out
+    # the table says it is predicted, on which profile, and the hosts it assumed for each worker count
+    assert "PREDICTED by the SimPy model (not measured)" in out
+    assert "N = 2: " in out and "N = 4: " in out and "thread(s) each" in out
 
 
 def test_validation_on_hand_made_records(tmp_path):

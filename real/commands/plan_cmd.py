@@ -12,18 +12,25 @@ something else than exact full-batch training (``results/strategies/strategies.m
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 from sarlab.real.commands.options import EPILOG, progress, write_json
 from sarlab.simulator import api
 from sarlab.simulator.strategies.strategies import STRATEGIES
 
 COLUMNS = ("strategy", "resource", "workers", "epoch_s", "time_s", "cost_usd", "value", "mem_gib", "fits")
+#: what the table's numbers are, in ``--help`` and under the table
+PRICING = ("Every number is PREDICTED by the simulator (one epoch on the profile turned into each resource), not "
+           "measured. total s = epochs x epoch s; cost $ = workers x price per hour x billed time, each worker billed "
+           "for at least the resource's minimum (60 s for the cpu and gpu servers, so a short job costs its minimum) "
+           "in its billing increments, serverless per request too; value = 1 / (total s x cost $), higher is better "
+           "(Dorylus's measure).")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="sarlab plan", epilog=EPILOG + " Also simulator workloads: ogbn-products, ogbn-papers100M, "
-        "estimate:nodes=N,edges=E,features=F,classes=C[,train=T], or a partition directory with {N}.",
+        "estimate:nodes=N,edges=E,features=F,classes=C[,train=T], or a partition directory with {N}. " + PRICING,
         description="Predict, for a graph, a model and a number of epochs, which strategy (sar, oneshot, sampling, "
                     "stale), how many workers and which resource (CPU servers, GPU servers, serverless threads) give "
                     "the lowest time, the lowest cost and the best value, with the memory per worker each needs.")
@@ -97,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['time_s']:.3g} s, ${r['cost_usd']:.3g}, {r['mem_gib']:.3g} GiB per worker"
               + (f" ({r['detail']})" if r["detail"] else ""))
     print(f"note: {result['note']}")
+    print(textwrap.fill(f"profile {result['profile']} ({result['profile_source']}). {PRICING}", 116))
     write_json(a.json, result)
     if a.json:
         progress(f"wrote {a.json}")

@@ -21,6 +21,7 @@ from sarlab.simulator import api
 from sarlab.simulator.api import MODEL_DEFAULTS  # ``sarlab train``'s model defaults, mirrored by the simulator
 from sarlab.simulator.calibration.measured import machine_mismatch, read_records
 from sarlab.simulator.hardware.backends import BASE_BACKEND
+from sarlab.simulator.hardware.host import regime
 from sarlab.simulator.hardware.profile import PRESETS, Profile
 from sarlab.simulator.hardware.provenance import (
     LOCAL_PROFILE,
@@ -34,6 +35,7 @@ from sarlab.simulator.network.linkprofile import read_link_profile
 from sarlab.simulator.studies.plots import gantt, memory_plot, scaling_plot, validation_plot
 from sarlab.simulator.studies.validate import backend_ratios, error_summary, markdown_table
 from sarlab.simulator.system.epoch import simulate_epoch
+from sarlab.simulator.system.runspec import resolve_placement
 from sarlab.simulator.system.sweep import summarize_sweep
 from sarlab.simulator.workload.model import ModelSpec, parse_model
 
@@ -198,6 +200,8 @@ def _predict(args: argparse.Namespace, profile: Profile, source: str, links: lis
     events = sum(it.result.events for it in items)
     wall = time.perf_counter() - start
     say(summary.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    for line in topology_lines(profile, items):
+        say(line)
     say(f"{len(items)} configurations, {events:,} events in {wall:.2f}s ({events / max(wall, 1e-9):,.0f} events/s)")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -292,3 +296,20 @@ def _validate(args: argparse.Namespace, profile: Profile, links: list) -> int:
             },
         )
     return 0
+
+
+def topology_lines(profile: Profile, items: list) -> list[str]:
+    """What the table above is: predicted, not measured, and the hosts it assumed for each worker count."""
+    lines = [f"every number above is PREDICTED by the SimPy model (not measured) on profile {profile.name!r}, hosts of "
+             f"{profile.cores_per_host} cores:"]
+    seen = set()
+    for it in items:
+        if it.workers in seen:
+            continue
+        seen.add(it.workers)
+        place = resolve_placement(profile, it.workers, it.run)
+        hosts = -(-it.workers // place.workers_per_host)
+        lines.append(f"  N = {it.workers}: {hosts} host(s) x {place.workers_per_host} worker(s), {place.threads:g} "
+                     f"thread(s) each ({regime(place.workers_per_host, place.threads, profile.cores_per_host)})")
+    return lines
+
