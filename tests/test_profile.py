@@ -45,7 +45,7 @@ EXPECTED_HEADING = {"aggregation": "local activations", "remote_rows": "remote r
 
 
 def _profile(out_dir: str, json_path: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "sarlab.real.profile.command", "--graph", GRAPH, "--workers", str(WORKERS),
+    cmd = [sys.executable, "-m", "sarlab", "profile", "--graph", GRAPH, "--workers", str(WORKERS),
            "--modes",
            ",".join(MODES), "--model", "sage", "--layers", "2", "--hidden", "32", "--epochs", "1",
            "--out", out_dir, "--json", json_path]

@@ -119,6 +119,8 @@ def test_pair_share_etas_by_hand():
     assert pair_share_etas({"x": {"solo": [9.0], "shared": [6.0]}}, 3)["x"] == pytest.approx([0.5])  # (3*6/9-1)/2
 
 
+@pytest.mark.slow  # timing-bound: under load one family's call can outlast a quick 0.4 s window and leave it empty;
+# the default run still goes through sharebench in test_calibrate_quick's real calibration
 def test_share_windows_alternate_and_the_group_reports_every_pair():
     """A real quick sharebench group of two processes: the lead's rates fill every window of every family, in
     pairs whose order alternates, and the etas come from those pairs (whatever this machine's value)."""

@@ -122,7 +122,7 @@ def quiet_step(cal: Calibration, found: Findings, name: str, fn: Callable[[], An
 
 
 def module_command(module: str, *args: str) -> list[str]:
-    """The command line that runs ``python -m sarlab.simulator.calibration.<module> ARGS`` with this interpreter."""
+    """The command line that runs ``python -m sarlab.real.calibration.<module> ARGS`` with this interpreter."""
     return [sys.executable, "-m", f"{__package__}.{module}", *args]
 
 

@@ -60,7 +60,7 @@ def bench_first_use(found: Findings) -> tuple[dict[str, float], dict[str, float]
         text=True,
         env=module_env(),
         cwd=ROOT,
-        timeout=120,
+        timeout=600,  # about 30 s of CPU; a busy machine's share of it can take minutes
         check=True,
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
