@@ -20,12 +20,12 @@ from faults_common import assert_nothing_left, run_sarlab
 from sarlab.core.config import EngineConfig
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.partition import partition
+from sarlab.data.staging import pid_alive
 from sarlab.nn.model import ModelConfig
 from sarlab.real.bench import netbench
 from sarlab.real.launch import netns
 from sarlab.real.launch.jobs import Job
 from sarlab.real.launch.launcher import launch
-from sarlab.real.launch.lifecycle import pid_alive
 from sarlab.real.launch.netspec import NetSpec
 from sarlab.training.trainer import TrainConfig
 

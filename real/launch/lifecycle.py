@@ -113,16 +113,6 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists (a zombie counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
 #: set by the command line (:func:`forced_runs_guarded`): a run forced past the size check goes on in a child process
 _GUARD_FORCED: list[bool] = []
 

@@ -33,7 +33,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from sarlab.real.launch.lifecycle import pid_alive
+from sarlab.data.staging import pid_alive
 from sarlab.real.launch.netspec import NetSpec
 
 _log = logging.getLogger(__name__)
