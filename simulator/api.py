@@ -26,7 +26,7 @@ from sarlab.simulator.strategies.cost_model import (
 )
 from sarlab.simulator.strategies.planner import Workloads, candidates, picks
 from sarlab.simulator.strategies.sampling_model import SamplingSpec, parse_fanouts
-from sarlab.simulator.strategies.strategies import STRATEGIES, sweep_strategies
+from sarlab.simulator.strategies.predictor import STRATEGIES, sweep_strategies
 from sarlab.simulator.studies.validate import validate  # noqa: F401 (``sarlab simulate --validate``'s door)
 from sarlab.simulator.system.sweep import simulate_sweep, summarize_sweep
 from sarlab.simulator.workload.model import ModelSpec, parse_model
@@ -171,7 +171,7 @@ def price_strategies(graph: str, strategies: Iterable[str], models: Iterable[Mod
                      edge_cut: float | None = None, progress: Callable[[str], None] | None = None) -> pd.DataFrame:
     """``sampling`` / ``stale`` priced without the epoch schedule, one row per (model, worker count): what
     ``sarlab simulate --modes sampling,stale`` prints
-    (:func:`sarlab.simulator.strategies.strategies.sweep_strategies`)."""
+    (:func:`sarlab.simulator.strategies.predictor.sweep_strategies`)."""
     prof, _ = _profile(profile)
     return sweep_strategies(graph, list(strategies), list(models), [int(w) for w in _names(workers)], prof,
                             fanouts=fanouts, batch_size=batch_size, staleness=staleness, edge_cut=edge_cut,
@@ -201,7 +201,7 @@ def plan(
 ) -> dict:
     """Every (strategy x workers x resource) candidate and the three picks; the Python form of ``sarlab plan``.
 
-    Each candidate is one predicted epoch (:func:`sarlab.simulator.strategies.strategies.predict`) on the profile
+    Each candidate is one predicted epoch (:func:`sarlab.simulator.strategies.predictor.predict`) on the profile
     turned into that resource (:func:`~sarlab.simulator.strategies.cost_model.resource_profile`), so
     ``time_s = epochs * epoch_s``, ``cost_usd`` = :func:`~sarlab.simulator.strategies.cost_model.run_cost` and
     ``value = 1 / (time_s * cost_usd)``. Workers are powers of two up to ``max_workers`` (a partition directory

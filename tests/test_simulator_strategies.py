@@ -32,7 +32,7 @@ from sarlab.simulator.strategies.staleness_model import (
     simulate_stale_epoch,
     stale_epoch_time,
 )
-from sarlab.simulator.strategies.strategies import STRATEGIES, predict
+from sarlab.simulator.strategies.predictor import STRATEGIES, predict
 from sarlab.simulator.system.epoch import simulate_epoch
 from sarlab.simulator.system.runspec import RunSpec
 from sarlab.simulator.workload.model import ModelSpec

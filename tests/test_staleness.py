@@ -251,7 +251,7 @@ def test_strategies_plan_interleaves_and_tables_read_the_records():
     """The head-to-head driver's plan and per-run table, on hand-made records (no training)."""
     import pandas as pd
 
-    from sarlab.real.bench.strategies import StrategiesConfig, default_strategies, plan, run_table
+    from sarlab.real.bench.head_to_head import StrategiesConfig, default_strategies, plan, run_table
 
     strategies = default_strategies((5, 5), 64)
     order = plan(StrategiesConfig(seeds=(0, 1), nets=("loopback", "veth:rate=200mbit")), strategies)

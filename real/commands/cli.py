@@ -40,7 +40,7 @@ COMMON_HELP = ("common options (any command, before or after its name):\n"
                "  -q, --quiet    warnings and results only (no progress lines)\n"
                "  -v, --verbose  debug lines too")
 BENCHES = {"engine": "sarlab.real.bench.bench", "kernels": "sarlab.real.bench.kernel_bench",
-           "strategies": "sarlab.real.bench.strategies", "network": "sarlab.real.bench.network_scaling"}
+           "strategies": "sarlab.real.bench.head_to_head", "network": "sarlab.real.bench.network_scaling"}
 # A/B drivers against another checkout and measuring campaigns live outside the package: benchmarks/README.md
 
 

@@ -3,7 +3,7 @@ the best value (1 / (time x cost)) for a graph, a model and a number of epochs, 
 
 The work is :func:`sarlab.simulator.api.plan` (``sarlab.plan``); this module is its flags and its table. Every
 candidate (strategy x workers x resource) is one simulated epoch
-(:func:`sarlab.simulator.strategies.strategies.predict`) on the machine profile turned into that resource
+(:func:`sarlab.simulator.strategies.predictor.predict`) on the machine profile turned into that resource
 (:func:`sarlab.simulator.strategies.cost_model.resource_profile`), billed by
 :func:`sarlab.simulator.strategies.cost_model.run_cost`. Candidates whose worker needs more memory than the resource has
 (or than ``--memory-per-worker``) are listed but not chosen. Accuracy is not modelled: ``sampling`` and ``stale`` learn
@@ -16,7 +16,7 @@ import textwrap
 
 from sarlab.real.commands.options import EPILOG, progress, write_json
 from sarlab.simulator import api
-from sarlab.simulator.strategies.strategies import STRATEGIES
+from sarlab.simulator.strategies.predictor import STRATEGIES
 
 COLUMNS = ("strategy", "resource", "workers", "epoch_s", "time_s", "cost_usd", "value", "mem_gib", "fits")
 #: what the table's numbers are, in ``--help`` and under the table

@@ -178,7 +178,7 @@ def _predict(args: argparse.Namespace, profile: Profile, source: str, links: lis
         models = [parse_model(label, base_model(args)) for label in split_list(args.models)]
         workers = [int(w) for w in split_list(args.workers)]
         others = [m for m in split_list(args.modes) if m in ("sampling", "stale")]
-        if others:  # strategies priced without the epoch schedule (simulator/strategies/strategies.py)
+        if others:  # strategies priced without the epoch schedule (simulator/strategies/predictor.py)
             table = api.price_strategies(args.graph, others, models, workers, profile, fanouts=args.fanouts,
                                          batch_size=args.batch_size, staleness=args.staleness,
                                          edge_cut=args.edge_cut, progress=say)

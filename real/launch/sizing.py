@@ -4,7 +4,7 @@ unless forced.
 
 * per worker: ``B + M`` with ``B`` = :data:`WORKER_BASE_BYTES` (interpreter, torch, kernels: measured) and ``M``
   the simulator's prediction of the worker's baseline (features, shards, parameters) plus its peak above it
-  (:func:`sarlab.simulator.strategies.strategies.predict`, the same model ``sarlab simulate`` reports). Above
+  (:func:`sarlab.simulator.strategies.predictor.predict`, the same model ``sarlab simulate`` reports). Above
   :data:`SIMULATED_PARTS` workers the simulator prices :data:`SIMULATED_PARTS` parts of a graph scaled to the
   same nodes and edges per worker (its event model grows as the square of the parts; one part's memory does not).
 * the process that loads and partitions the graph: ``B + 3 G`` with ``G = N (4F + 11) + 16 E`` bytes (features,
@@ -147,7 +147,7 @@ def worker_bytes(sizes: dict, world: int, model: ModelConfig, train: TrainConfig
                  fused: bool = True) -> int:
     """One worker's peak resident bytes: :data:`WORKER_BASE_BYTES` plus the simulator's baseline and peak."""
     from sarlab.simulator.hardware.provenance import resolve_profile
-    from sarlab.simulator.strategies.strategies import predict
+    from sarlab.simulator.strategies.predictor import predict
     from sarlab.simulator.workload.model import ModelSpec
     from sarlab.simulator.workload.workload import estimate_partition
 

@@ -1,8 +1,8 @@
-"""The head-to-head campaign's epochs (``python -m sarlab.real.bench.strategies``) predicted: exact ``sar`` /
+"""The head-to-head campaign's epochs (``python -m sarlab.real.bench.head_to_head``) predicted: exact ``sar`` /
 ``oneshot``, ``sampling`` and stale halos, each on the network it ran on, with one machine profile and one link profile.
 
 Measured per run (strategy, network, seed): the median over epochs ``>= warmup`` of the slowest rank's epoch time
-(``sarlab.real.bench.strategies.run_table``'s ``epoch_time_s``). Predicted once per (strategy, network): ``sar`` and
+(``sarlab.real.bench.head_to_head.run_table``'s ``epoch_time_s``). Predicted once per (strategy, network): ``sar`` and
 ``oneshot`` by :func:`sarlab.simulator.system.epoch.simulate_epoch`, ``sampling`` by
 :func:`sarlab.simulator.strategies.sampling_model.simulate_sampling_epoch` (its sampler costs fitted elsewhere,
 :mod:`sarlab.simulator.strategies.sampling_fit`), ``stale-S`` by
@@ -12,7 +12,7 @@ strategy alike. The error of a run is ``predicted / measured - 1``; a (strategy,
 over its seeds.
 
 The campaign's records carry the metric columns and the strategy, network, staleness, steps and fan-outs, not the
-model or the partition: those are this module's options (defaults: ``sarlab.real.bench.strategies``' own).
+model or the partition: those are this module's options (defaults: ``sarlab.real.bench.head_to_head``' own).
 
 ``python -m sarlab.simulator.studies.strategy_validation --records OUT.records.csv --partition DIR --link LINK.json
 --out PREFIX`` writes ``PREFIX.csv`` (one row per run) and ``PREFIX.md`` (the summary per strategy and network).

@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"error: unknown strategies {unknown}: choose from {', '.join(chosen)}")
     strategies = tuple(chosen[n] for n in a.strategies.split(","))
     args = sys.argv[1:] if argv is None else argv
-    command = "python -m sarlab.real.bench.strategies " + " ".join(shlex.quote(x) for x in args)
+    command = "python -m sarlab.real.bench.head_to_head " + " ".join(shlex.quote(x) for x in args)
     if a.from_records:
         records = pd.read_csv(a.from_records)
         if "command" in records.columns:  # the campaign's own command, then this rewrite
