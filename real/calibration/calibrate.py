@@ -15,8 +15,8 @@ The steps, in order (each a :func:`sarlab.real.calibration.harness.quiet_step`):
    (:func:`sarlab.real.calibration.hostbench.bench_messages`; not a quiet step: it alternates world sizes
    instead), and how unevenly ``C``, ``2C`` and ``4C`` time-shared ranks progress between barriers
    (:mod:`sarlab.real.calibration.progressbench`, fitted by :func:`sarlab.simulator.system.spread.fit_sigma`);
-5. real single-worker engine epochs for the compute scale
-   (:func:`sarlab.real.calibration.engine_runs.bench_engine`).
+5. real single-worker engine epochs for the compute scale, its curve under ``sarlab train``'s default allocator
+   (``live``) and the other's (``rss``) ratio to it (:func:`sarlab.real.calibration.engine_runs.bench_engine`).
 
 :func:`calibrate_backend` runs step 4's link, message and progress benchmarks alone over another backend (``ccl``) and
 returns them as that backend's overlay (:mod:`sarlab.simulator.hardware.backends`), which ``sarlab calibrate --backend``
@@ -26,8 +26,9 @@ the backend runs (:func:`_crowded_costs`): with the ranks fitting the cores, and
 A calibration whose thread efficiencies are implausible for the core count
 (:func:`sarlab.simulator.hardware.plausibility.implausible_thread_effs`) is flagged loudly: in the log, in the profile's
 notes and in ``meta["implausible"]``; ``sarlab calibrate`` then refuses to write it where it was asked to. A compute
-scale far from 1 (:func:`sarlab.simulator.hardware.plausibility.implausible_compute_scale`: a microbenchmark off the
-engine's code path) is flagged in the log, the notes and ``meta["compute_scale_flag"]``, and written: calibrating again
+scale far from 1 under the microbenchmarks' allocator (:data:`sarlab.simulator.hardware.profile.MICROBENCHMARK_MEMORY`;
+:func:`sarlab.simulator.hardware.plausibility.implausible_compute_scale`: a microbenchmark off the engine's code path)
+is flagged in the log, the notes and ``meta["compute_scale_flag"]``, and written: calibrating again
 would not change it.
 """
 
@@ -63,7 +64,7 @@ from sarlab.simulator.calibration.calibration import Calibration, Findings
 from sarlab.simulator.calibration.fitting import fit_message_costs
 from sarlab.simulator.hardware.backends import BASE_BACKEND
 from sarlab.simulator.hardware.plausibility import implausible_compute_scale, implausible_thread_effs
-from sarlab.simulator.hardware.profile import Link, OpCost, Profile
+from sarlab.simulator.hardware.profile import MICROBENCHMARK_MEMORY, Link, OpCost, Profile
 from sarlab.simulator.system.spread import fit_sigma
 
 __all__ = ["Calibration", "calibrate", "calibrate_backend"]
@@ -232,7 +233,7 @@ def _fit_engine(cal: Calibration, found: Findings, profile: Profile) -> Profile:
     if not cal.engine:
         found.notes.append("compute_scale not fitted (disabled): microbenchmarks alone")
         return profile
-    cal.log("[calibrate] engine epochs (sarlab train, 1 worker) vs the microbenchmark prediction "
+    cal.log("[calibrate] engine epochs (1 worker, live and rss allocators) vs the microbenchmark prediction "
             f"(expected ~{step_seconds(cal, 'engine'):.0f} s) ...")
     try:
         scale, curve, raw = quiet_step(cal, found, "engine", lambda: bench_engine(cal, profile))
@@ -241,15 +242,19 @@ def _fit_engine(cal: Calibration, found: Findings, profile: Profile) -> Profile:
         return profile
     found.raw["engine"] = raw
     what = "predicted peak memory" if cal.scale_key == "peak" else "activations"
+    memory, ratios = raw.get("compute_scale_memory", "rss"), dict(raw.get("memory_scale", {}))
     note = (
         f"compute_scale_curve: engine epoch / microbenchmark prediction (GCN and SAGE, 1 worker, "
-        f"{len(raw['runs'])} runs) as a power law of {what}: "
+        f"{len(raw['runs'])} runs under the {memory} allocator) as a power law of {what}: "
         f"{', '.join(f'{v:.2f} at {b / 2**20:.0f} MB' for b, v in curve)}; compute_scale "
         f"{scale:.3f} is the runs' geometric mean"
+        + "".join(f"; memory_scale {m}: {r:.2f} ({m} / {memory} epochs of the same graphs, "
+                  f"{raw.get('ratio_nodes', 0):,d} nodes)" for m, r in ratios.items())
     )
-    cal.log(f"    compute_scale {scale:.3f}")
+    cal.log(f"    compute_scale {scale:.3f} ({memory})"
+            + "".join(f", {m} {r:.2f} x that" for m, r in ratios.items()))
     return replace(profile, compute_scale=scale, compute_scale_curve=curve, compute_scale_key=cal.scale_key,
-                   notes=(*profile.notes, note))  # fmt: skip
+                   compute_scale_memory=memory, memory_scale=ratios, notes=(*profile.notes, note))  # fmt: skip
 
 
 def _crowded_costs(cal: Calibration, found: Findings, backend: str, cores: int) -> tuple[dict[str, float],
@@ -382,7 +387,7 @@ def calibrate(cal: Calibration | None = None, name: str = "local") -> Profile:
         ),
     )
     profile = _fit_engine(cal, found, profile)
-    off_scale = implausible_compute_scale(profile.compute_scale)
+    off_scale = implausible_compute_scale(profile.for_memory(MICROBENCHMARK_MEMORY).compute_scale)
     for line in off_scale:
         log(f"    WARNING: implausible {line}")
     elapsed = time.perf_counter() - start

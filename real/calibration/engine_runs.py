@@ -1,17 +1,24 @@
-"""Real engine epochs for the calibration: single-worker ``sarlab train`` runs, the compute scale they give, and
-the speed probe (:func:`speed_probe`) that ``sarlab bench engine --probe`` runs between configurations.
+"""Real engine epochs for the calibration: single-worker engine runs, the compute scale they give under each memory
+method (allocator), and the speed probe (:func:`speed_probe`) that ``sarlab bench engine --probe`` runs between
+configurations.
 
 The op microbenchmarks miss part of a whole epoch (fresh-page faults of large tensors, the allocator, small
 ops and Python), and that part grows with the memory a worker holds. :func:`bench_engine` measures it: real
 single-worker, single-thread epochs of the engine on graphs of several sizes, over what the simulator
 predicts for them from the microbenchmarks alone, each size run in two passes and fitted through the median of
 its runs as a power law of the worker's predicted peak memory
-(:attr:`sarlab.simulator.hardware.profile.Profile.compute_scale_curve`). The runs are subprocesses
-(:func:`engine_epoch`), so they use the engine's own launcher and malloc settings.
+(:attr:`sarlab.simulator.hardware.profile.Profile.compute_scale_curve`), under ``sarlab train``'s default memory
+method (``live``: the counting allocator, whose block cache reuses resident pages); the other method's epochs
+(``rss``: every large tensor on fresh pages) are measured on the same graph at the middle size, and their ratio kept
+(:attr:`sarlab.simulator.hardware.profile.Profile.memory_scale`): on the 2-core VM the two differed 2.3x on
+2026-11-27, and the fault-paying ``rss`` side drifts from day to day. Each pass's runs share one process
+(:mod:`sarlab.real.calibration.engine_child`: one interpreter and torch import instead of one per run);
+:func:`engine_epoch` (the probe's) is a whole ``sarlab train``.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tempfile
@@ -24,9 +31,9 @@ import pandas as pd
 
 from sarlab.real.calibration.harness import ROOT
 from sarlab.simulator.calibration.calibration import Calibration
-from sarlab.simulator.calibration.fitting import fit_scale_curve, median_scale_points
-from sarlab.simulator.calibration.measured import read_records, summarize_measured
-from sarlab.simulator.calibration.probe import PROBE_GRAPH, PROBE_MODEL
+from sarlab.simulator.calibration.fitting import fit_memory_ratio, fit_scale_curve, median_scale_points
+from sarlab.simulator.calibration.measured import read_records, summarize_measured, with_defaults
+from sarlab.simulator.calibration.probe import PROBE_GRAPH, PROBE_MEMORY, PROBE_MODEL
 from sarlab.simulator.hardware.profile import Profile
 from sarlab.simulator.system.replay import simulate_row
 
@@ -41,6 +48,13 @@ ENGINE_SIZES_QUICK = (1_500, 3_000)
 ENGINE_PASSES = 2
 #: a size whose runs' ratios differ by more than this factor is logged as a warning
 SPREAD_WARNING = 1.3
+#: the models of every size
+ENGINE_MODELS = ("gcn", "sage")
+#: the memory method the curve is fitted under (``sarlab train``'s default), and the other one, whose ratio to it is
+#: measured at the middle size (:attr:`sarlab.simulator.hardware.profile.Profile.memory_scale`)
+CURVE_MEMORY, OTHER_MEMORY = "live", "rss"
+#: seconds one engine child may take (a full pass: ~40 s on the quiet 2-core VM)
+CHILD_TIMEOUT_S = 900
 
 
 def engine_epoch(
@@ -55,10 +69,10 @@ def engine_epoch(
 
     One thread by default: the compute scale fitted from these runs then holds no error of the measured
     thread efficiencies, which the simulator applies on its own. ``--memory rss`` by default: glibc's
-    allocator with the engine's thresholds, under which the op microbenchmarks run (large outputs are fresh
-    pages) and the validation campaigns' runs too; ``live`` (``sarlab train``'s default) installs the counting
-    allocator, whose block cache reuses resident pages and makes elementwise work about 4x faster, which the
-    microbenchmarks do not see (the scale would then hold it: 0.47 in campaign 9's profile).
+    allocator with the engine's thresholds, under which the op microbenchmarks and the speed probe run (large
+    outputs are fresh pages); ``live`` (``sarlab train``'s default) installs the counting allocator, whose block
+    cache reuses resident pages and makes elementwise work about 4x faster, which the microbenchmarks do not see
+    (the compute scale of ``live`` runs holds it; :attr:`Profile.memory_scale` relates the two).
     """
     reuse = (Path(partition_dir) / "manifest.json").exists()
     graph = ["--graph", str(partition_dir)] if reuse else ["--graph", spec, "--partition-dir", str(partition_dir)]
@@ -75,53 +89,85 @@ def engine_epoch(
         return summarize_measured(read_records(out), warmup=1).iloc[0]
 
 
-def bench_engine(cal: Calibration, profile: Profile) -> tuple[float, tuple[tuple[float, float], ...], dict[str, Any]]:
-    """Fit :attr:`Profile.compute_scale_curve`: real single-worker epochs of the engine over what the
-    simulator predicts for them from the microbenchmark profile, at several graph sizes.
+def child_plan(sizes: tuple[int, ...], turn: int, ratio_size: int, layers: int, hidden: int, epochs: int,
+               parts: Path) -> list[dict[str, Any]]:
+    """The runs of pass ``turn`` (0-based) in one :mod:`sarlab.real.calibration.engine_child`: GCN and SAGE under
+    ``rss`` at ``ratio_size`` first (the counting allocator, once installed, stays), then under ``live`` at every
+    size, ascending in even passes and descending in odd ones."""
+    def run(nodes: int, model: str, memory: str) -> dict[str, Any]:
+        return {"spec": ENGINE_GRAPH.format(nodes=nodes), "partition_dir": str(parts / f"parts-{nodes}"),
+                "model": model, "layers": layers, "hidden": hidden, "epochs": epochs, "threads": 1,
+                "memory": memory}  # fmt: skip
 
-    Runs :func:`engine_epoch` for GCN and GraphSAGE-mean, 3 layers, hidden 256, one worker with one thread,
-    on graphs of :data:`ENGINE_SIZES` nodes (degree 30, 128 features; graphs no benchmark or validation
-    uses; ``--quick``: two small sizes, one pass): whole-graph activations of 13-102 MB, the range of one worker's
-    shard in the validation runs. One
-    worker keeps communication out of the fit. Every size runs in each of :data:`ENGINE_PASSES` passes, the
-    sizes ascending in the first pass and descending in the second, so that a slow minute of a shared machine
-    hits one run of a size, not all of them. Each run gives a ratio measured / predicted (median of the epochs
-    after the first) at its key (``cal.scale_key``): its predicted peak memory (``"peak"``) or its activation
-    bytes (``"activation"``, :func:`sarlab.simulator.workload.layers.activation_bytes`); both are kept in the
-    raw runs. The curve is the power law (:func:`sarlab.simulator.calibration.fitting.fit_scale_curve`) through
-    one point per size, the median of its runs (:func:`sarlab.simulator.calibration.fitting.median_scale_points`);
-    a size whose runs disagree by more than :data:`SPREAD_WARNING` is logged as a warning.
-    Returns the geometric mean of all ratios (the profile's single ``compute_scale``), the curve and the
-    raw numbers.
+    order = sizes if turn % 2 == 0 else sizes[::-1]
+    return [*(run(ratio_size, m, OTHER_MEMORY) for m in ENGINE_MODELS),
+            *(run(n, m, CURVE_MEMORY) for n in order for m in ENGINE_MODELS)]
+
+
+def run_child(runs: list[dict[str, Any]], tmp: Path) -> list[pd.Series]:
+    """Run ``runs`` in one :mod:`sarlab.real.calibration.engine_child` process; returns each run's
+    :func:`sarlab.simulator.calibration.measured.summarize_measured` row (median epoch time of the epochs after the
+    first), with the memory method it ran under (``mem_method``)."""
+    plan, out = tmp / "plan.json", tmp / "runs.json"
+    plan.write_text(json.dumps({"runs": runs}))
+    cmd = [sys.executable, "-m", "sarlab.real.calibration.engine_child", str(plan), str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+    if proc.returncode != 0:
+        raise RuntimeError(f"engine runs exited with {proc.returncode}: {proc.stderr[-400:]}")
+    records = json.loads(out.read_text())["runs"]
+    return [summarize_measured(with_defaults(pd.DataFrame(recs)), warmup=1).iloc[0] for recs in records]
+
+
+def bench_engine(cal: Calibration, profile: Profile) -> tuple[float, tuple[tuple[float, float], ...], dict[str, Any]]:
+    """Fit :attr:`Profile.compute_scale_curve` under ``sarlab train``'s memory method (:data:`CURVE_MEMORY`): real
+    single-worker epochs of the engine over what the simulator predicts for them from the microbenchmark profile,
+    at several graph sizes; and the ratio of :data:`OTHER_MEMORY`'s epochs to them (:attr:`Profile.memory_scale`).
+
+    GCN and GraphSAGE-mean, 3 layers, hidden 256, one worker with one thread, on graphs of :data:`ENGINE_SIZES`
+    nodes (degree 30, 128 features; graphs no benchmark or validation uses; ``--quick``: two small sizes, one pass):
+    whole-graph activations of 13-102 MB, the range of one worker's shard in the validation runs. One worker keeps
+    communication out of the fit. Each of :data:`ENGINE_PASSES` passes is one process
+    (:func:`run_child`, :mod:`sarlab.real.calibration.engine_child`): GCN and SAGE under ``rss`` at the middle size
+    first, then both under ``live`` at every size, ascending in the first pass and descending in the second, so that
+    a slow minute of a shared machine hits one run of a size, not all of them. Each ``live`` run gives a ratio
+    measured / predicted (median of the epochs after the first) at its key (``cal.scale_key``): its predicted peak
+    memory (``"peak"``) or its activation bytes (``"activation"``,
+    :func:`sarlab.simulator.workload.layers.activation_bytes`); both are kept in the raw runs. The curve is the power
+    law (:func:`sarlab.simulator.calibration.fitting.fit_scale_curve`) through one point per size, the median of
+    its runs (:func:`sarlab.simulator.calibration.fitting.median_scale_points`); a size whose runs disagree by more
+    than :data:`SPREAD_WARNING` is logged as a warning. The ``rss`` ratio is the median over the passes' and
+    models' ``rss`` / ``live`` epochs of the middle size
+    (:func:`sarlab.simulator.calibration.fitting.fit_memory_ratio`). Where the counting allocator cannot be
+    installed (no C++ kernels) the ``live`` runs are ``rss`` runs: the curve is then ``rss``'s, with no ratio.
+    Returns the geometric mean of the curve's ratios (the profile's single ``compute_scale``), the curve and the
+    raw numbers (``compute_scale_memory`` and ``memory_scale`` among them).
     """
     one = profile.with_scale(1.0)
     sizes = ENGINE_SIZES_QUICK if cal.quick else ENGINE_SIZES
     layers, hidden, epochs = (2, 32, 2) if cal.quick else (3, 256, 3)
     passes = 1 if cal.quick else ENGINE_PASSES
+    ratio_size = sizes[len(sizes) // 2]
     raw: dict[str, Any] = {"graphs": [ENGINE_GRAPH.format(nodes=n) for n in sizes], "layers": layers,
-                           "hidden": hidden, "passes": passes, "runs": []}  # fmt: skip
-    all_sizes, all_keys, all_ratios = [], [], []
+                           "hidden": hidden, "passes": passes, "ratio_nodes": ratio_size, "runs": [],
+                           "memory_runs": []}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="sarlab-cal-engine-") as tmp:
         for turn in range(passes):
-            for nodes in sizes if turn % 2 == 0 else sizes[::-1]:
-                spec = ENGINE_GRAPH.format(nodes=nodes)
-                ratios, keys = [], []
-                for model in ("gcn", "sage"):
-                    row = engine_epoch(spec, model, layers, hidden, epochs, Path(tmp) / f"parts-{nodes}")
-                    result = simulate_row(row, one)
-                    predicted, peak = float(result.epoch_time_s.max()), float(result.peak_above_baseline_bytes.max())
-                    measured = float(row["measured_epoch_time_s"])
-                    ratios.append(measured / predicted)
-                    keys.append(peak if cal.scale_key == "peak" else result.activation_bytes)
-                    raw["runs"].append({"model": model, "nodes": nodes, "pass": turn + 1,
-                                        "activation_bytes": result.activation_bytes, "predicted_peak_bytes": peak,
-                                        "measured_peak_bytes": float(row["measured_peak_above_baseline_bytes"]),
-                                        "measured_s": measured, "predicted_s": predicted})  # fmt: skip
-                all_sizes.extend([nodes] * len(keys))
-                all_keys.extend(keys)
-                all_ratios.extend(ratios)
-                cal.log(f"    pass {turn + 1}, {nodes:>7,d} nodes ({keys[0] / 2**20:6.1f} / {keys[1] / 2**20:6.1f} MB "
-                        f"{cal.scale_key}): engine / microbenchmarks GCN {ratios[0]:.2f}, SAGE {ratios[1]:.2f}")
+            runs = child_plan(sizes, turn, ratio_size, layers, hidden, epochs, Path(tmp))
+            for run, row in zip(runs, run_child(runs, Path(tmp)), strict=True):
+                result = simulate_row(row, one)
+                peak = float(result.peak_above_baseline_bytes.max())
+                (raw["memory_runs"] if run["memory"] == OTHER_MEMORY else raw["runs"]).append(
+                    {"model": run["model"], "nodes": int(row["num_nodes"]), "pass": turn + 1,
+                     "memory": str(row["mem_method"]), "activation_bytes": result.activation_bytes,
+                     "predicted_peak_bytes": peak,
+                     "measured_peak_bytes": float(row["measured_peak_above_baseline_bytes"]),
+                     "measured_s": float(row["measured_epoch_time_s"]),
+                     "predicted_s": float(result.epoch_time_s.max())})  # fmt: skip
+            _log_pass(cal, raw["runs"], turn + 1)
+    curve_runs = raw["runs"]
+    all_sizes = [r["nodes"] for r in curve_runs]
+    all_keys = [r["predicted_peak_bytes"] if cal.scale_key == "peak" else r["activation_bytes"] for r in curve_runs]
+    all_ratios = [r["measured_s"] / r["predicted_s"] for r in curve_runs]
     keys, medians, spreads = median_scale_points(all_sizes, all_keys, all_ratios)
     raw["median_points"] = [{"nodes": n, "key": k, "ratio": m, "spread": sp}
                             for n, k, m, sp in zip(sorted(set(all_sizes)), keys, medians, spreads, strict=True)]
@@ -132,8 +178,45 @@ def bench_engine(cal: Calibration, profile: Profile) -> tuple[float, tuple[tuple
     overall = float(np.exp(np.mean(np.log(all_ratios))))
     curve = fit_scale_curve(keys, medians)
     cal.log("    power law: " + ", ".join(f"{v:.3f} at {b / 2**20:.0f} MB" for b, v in curve))
-    raw["compute_scale"], raw["compute_scale_curve"], raw["compute_scale_key"] = overall, curve, cal.scale_key
+    memory, ratios = memory_scale_of(raw, cal.log)
+    raw.update(compute_scale=overall, compute_scale_curve=curve, compute_scale_key=cal.scale_key,
+               compute_scale_memory=memory, memory_scale=ratios)
     return overall, curve, raw
+
+
+def memory_scale_of(raw: dict[str, Any], log=lambda _line: None) -> tuple[str, dict[str, float]]:
+    """The memory method the curve's runs ran under and ``{other method: ratio}`` from ``raw``'s paired runs: each
+    ``memory_runs`` entry against the curve run of the same model, size and pass
+    (:func:`sarlab.simulator.calibration.fitting.fit_memory_ratio`); no ratio where the curve's runs are not
+    :data:`CURVE_MEMORY`'s (the counting allocator was not available) or nothing pairs."""
+    methods = {r["memory"] for r in raw["runs"]}
+    memory = CURVE_MEMORY if methods == {CURVE_MEMORY} else OTHER_MEMORY
+    if memory != CURVE_MEMORY:
+        log(f"    the {CURVE_MEMORY} runs ran under {sorted(methods)} (counting allocator unavailable): "
+            f"the curve is {OTHER_MEMORY}'s, no allocator ratio")
+        return memory, {}
+    own = {(r["model"], r["nodes"], r["pass"]): r["measured_s"] for r in raw["runs"]}
+    pairs = [(r["measured_s"], own[key]) for r in raw["memory_runs"]
+             if r["memory"] == OTHER_MEMORY and (key := (r["model"], r["nodes"], r["pass"])) in own]
+    if not pairs:
+        return memory, {}
+    ratio, spread = fit_memory_ratio([p[0] for p in pairs], [p[1] for p in pairs])
+    raw["memory_ratio_spread"] = spread
+    log(f"    {OTHER_MEMORY} / {CURVE_MEMORY} epochs at {raw.get('ratio_nodes', 0):,d} nodes: {ratio:.2f} "
+        f"(median of {len(pairs)}, spread {spread:.2f}x)")
+    return memory, {OTHER_MEMORY: ratio}
+
+
+def _log_pass(cal: Calibration, runs: list[dict[str, Any]], turn: int) -> None:
+    """One progress line per size of pass ``turn``: engine / microbenchmarks of each model."""
+    mine = [r for r in runs if r["pass"] == turn]
+    for nodes in dict.fromkeys(r["nodes"] for r in mine):
+        at = [r for r in mine if r["nodes"] == nodes]
+        key = "predicted_peak_bytes" if cal.scale_key == "peak" else "activation_bytes"
+        cal.log(f"    pass {turn}, {nodes:>7,d} nodes ("
+                + " / ".join(f"{r[key] / 2**20:6.1f}" for r in at) + f" MB {cal.scale_key}): engine / "
+                "microbenchmarks " + ", ".join(f"{r['model'].upper()} {r['measured_s'] / r['predicted_s']:.2f}"
+                                               for r in at))
 
 
 def speed_probe(partition_dir: str | Path, spec: str = PROBE_GRAPH) -> dict[str, Any]:
@@ -145,7 +228,7 @@ def speed_probe(partition_dir: str | Path, spec: str = PROBE_GRAPH) -> dict[str,
     ``probe_threads`` and are priced as they ran).
     """
     row = engine_epoch(spec, PROBE_MODEL["model"], PROBE_MODEL["layers"], PROBE_MODEL["hidden"],
-                       PROBE_MODEL["epochs"], partition_dir, threads=1)  # fmt: skip
+                       PROBE_MODEL["epochs"], partition_dir, threads=1, memory=PROBE_MEMORY)  # fmt: skip
     return {
         "probe_epoch_s": float(row["measured_epoch_time_s"]),
         "probe_graph": spec,

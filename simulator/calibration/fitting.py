@@ -11,7 +11,8 @@ extra thread from one-thread and all-core times of one call, :math:`\eta = (t_1 
 (:func:`share_eta`); the last-level cache and the out-of-cache rate from a sweep of growing matrices
 (:func:`fit_cache`); a link's latency, per-message gap and bandwidth from ping-pong times (:func:`fit_link`);
 the compute scale as a power law of the worker's memory (:func:`fit_scale_curve`), through the median of each
-graph size's runs (:func:`median_scale_points`).
+graph size's runs (:func:`median_scale_points`); the compute scale under another memory method relative to the
+curve's from paired runs (:func:`fit_memory_ratio`).
 """
 
 from __future__ import annotations
@@ -163,6 +164,25 @@ def median_scale_points(
         out_ratios.append(float(np.median(r)))
         spreads.append(float(r.max() / r.min()))
     return out_keys, out_ratios, spreads
+
+
+def fit_memory_ratio(other_s: Sequence[float], own_s: Sequence[float]) -> tuple[float, float]:
+    """The compute scale under another memory method relative to the curve's
+    (:attr:`~sarlab.simulator.hardware.profile.Profile.memory_scale`): the median of the paired epoch-time ratios
+    ``other / own`` (each pair: one configuration run under both methods in the same pass, so a slow minute
+    hits one pair, not the median), and the pairs' spread (largest ratio over smallest).
+
+    Args:
+        other_s: measured epoch times under the other method (e.g. ``rss``), one per pair.
+        own_s: the same configurations' epoch times under the curve's method (e.g. ``live``).
+    """
+    other, own = np.asarray(other_s, dtype=float), np.asarray(own_s, dtype=float)
+    if len(other) != len(own) or not len(other):
+        raise ValueError("fit_memory_ratio needs one epoch time under each method per pair, and a pair at least")
+    if not (np.all(np.isfinite(other)) and np.all(np.isfinite(own)) and other.min() > 0 and own.min() > 0):
+        raise ValueError(f"fit_memory_ratio needs finite epoch times > 0, got {list(other)} and {list(own)}")
+    ratios = other / own
+    return float(np.median(ratios)), float(ratios.max() / ratios.min())
 
 
 def fit_message_costs(runs: Sequence[dict[str, Any]], small: int | None = None) -> dict[str, float]:

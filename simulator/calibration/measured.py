@@ -18,6 +18,7 @@ import pandas as pd
 
 from sarlab.common.records import CONFIG_DEFAULTS, CONFIG_KEYS, RUN_COLUMN, measured_epochs, summarize
 from sarlab.simulator.hardware.profile import Profile
+from sarlab.simulator.system.replay import MEMORY_COLUMN
 
 #: the columns validation cannot do without (the rest of the configuration columns have defaults)
 REQUIRED = ("mode", "model", "workers", "rank", "epoch", "epoch_time_s", "peak_mem_bytes", "baseline_mem_bytes",
@@ -118,10 +119,12 @@ def _as_bool(value: object) -> bool:
 
 
 def summarize_measured(df: pd.DataFrame, warmup: int = 1) -> pd.DataFrame:
-    """One row per configuration (:data:`sarlab.common.records.CONFIG_KEYS`, in their sorted order): the measured
-    summary (module docstring) and, where the records carry them, the configuration's probe columns
-    (:data:`PROBE_COLUMNS`), records file and machine."""
-    keys = list(CONFIG_KEYS)
+    """One row per configuration (:data:`sarlab.common.records.CONFIG_KEYS`, in their sorted order, and the memory
+    method, :data:`~sarlab.simulator.system.replay.MEMORY_COLUMN`, where the records say it: runs of one
+    configuration under two allocators are two rows, priced apart): the measured summary (module docstring) and,
+    where the records carry them, the configuration's probe columns (:data:`PROBE_COLUMNS`), records file and
+    machine."""
+    keys = [*CONFIG_KEYS, *([MEMORY_COLUMN] if MEMORY_COLUMN in df.columns else [])]
     out = summarize(df, keys=keys, warmup=warmup)[[*keys, *MEASURED_NAMES]].rename(columns=MEASURED_NAMES)
     if "bytes_sent" not in df.columns:  # sarlab.common.records.summarize sums a missing column to 0
         out["measured_bytes_sent"] = math.nan

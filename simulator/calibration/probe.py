@@ -15,11 +15,14 @@ import pandas as pd
 
 from sarlab.common.records import RUN_COLUMN
 from sarlab.simulator.hardware.profile import Profile
-from sarlab.simulator.system.replay import simulate_row
+from sarlab.simulator.system.replay import MEMORY_COLUMN, simulate_row
 
 #: the probe: one worker with one thread, GCN, 3 layers, hidden 256, 3 epochs (~15-20 s), on a graph no benchmark uses
 PROBE_GRAPH = "synthetic:nodes=100000,degree=30,features=128,classes=16,seed=11"
 PROBE_MODEL = {"model": "gcn", "layers": 3, "hidden": 256, "epochs": 3}
+#: the memory method the probe runs under (glibc with the engine's thresholds, as it always has): its scale is priced
+#: as that method's (:meth:`sarlab.simulator.hardware.profile.Profile.for_memory`)
+PROBE_MEMORY = "rss"
 
 
 def probe_row(row: pd.Series) -> pd.Series:
@@ -49,6 +52,7 @@ def probe_row(row: pd.Series) -> pd.Series:
             "batchnorm": False,
             "dropout": 0.0,
             "threads": int(row["probe_threads"]),
+            MEMORY_COLUMN: PROBE_MEMORY,
             RUN_COLUMN: row.get(RUN_COLUMN) or "",
         }
     )
@@ -56,7 +60,9 @@ def probe_row(row: pd.Series) -> pd.Series:
 
 def probe_scale(row: pd.Series, profile: Profile) -> float:
     """``compute_scale`` while ``row`` ran: its adjacent speed-probe epoch time over the simulator's
-    prediction of the probe with ``compute_scale`` 1 (NaN when the records carry no probe)."""
+    prediction of the probe with ``compute_scale`` 1 (NaN when the records carry no probe), for the memory method of
+    ``profile``'s curve (the probe runs under :data:`PROBE_MEMORY`: a profile that knows that method's ratio to its
+    curve's divides it out)."""
     value = row.get("probe_epoch_s")
     if value is None or not np.isfinite(float(value)) or float(value) <= 0:
         return math.nan

@@ -41,6 +41,9 @@ OP_UNITS: dict[str, str] = {
 
 #: families a profile may lack (priced as ``gat_unfused`` then)
 OPTIONAL_OPS = ("gat_fused", "gat_autograd")
+#: the memory method the op microbenchmarks run under (glibc with the engine's thresholds: large outputs on fresh
+#: pages): a compute scale's plausibility is judged under it (:meth:`Profile.for_memory`)
+MICROBENCHMARK_MEMORY = "rss"
 #: what :attr:`Profile.compute_scale_curve` is keyed by (see :class:`Profile`)
 SCALE_KEYS = ("activation", "peak")
 
@@ -98,6 +101,14 @@ class Profile:
             several graph sizes, keyed by :attr:`compute_scale_key` (:meth:`scale_at`; ``sarlab calibrate``
             stores the two ends of a power law, :func:`sarlab.simulator.calibration.fitting.fit_scale_curve`). Empty =
             ``compute_scale`` everywhere.
+        compute_scale_memory: the engine's memory method (allocator) the engine epochs behind ``compute_scale`` and
+            its curve ran under: ``live`` (the counting allocator, whose block cache reuses resident pages:
+            ``sarlab train``'s default) or ``rss`` (glibc with the engine's thresholds: every large tensor on fresh
+            pages, page faults paid every op). Profiles older than the field were fitted on ``rss`` runs.
+        memory_scale: ``{method: ratio}``: the compute scale of runs under another memory method relative to
+            :attr:`compute_scale_memory`'s, measured by ``sarlab calibrate`` (``rss`` epoch over ``live`` epoch of
+            the same graphs); a record priced with :meth:`for_memory` of its ``mem_method`` column. Empty = every
+            method priced as :attr:`compute_scale_memory`.
         notes: free-text provenance (how each number was obtained or assumed).
         meta: machine description, date, torch version; ``backend``: the backend this profile's communication
             fields price (absent: gloo).
@@ -130,6 +141,8 @@ class Profile:
     compute_scale: float = 1.0
     compute_scale_curve: tuple[tuple[float, float], ...] = ()
     compute_scale_key: str = "activation"
+    compute_scale_memory: str = "rss"
+    memory_scale: dict[str, float] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     meta: dict[str, Any] = field(default_factory=dict)
     backends: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -146,6 +159,13 @@ class Profile:
         object.__setattr__(self, "crowded_cpu", checked_crowded(self.crowded_cpu, "crowded_cpu"))
         if self.compute_scale_key not in SCALE_KEYS:
             raise ValueError(f"compute_scale_key must be one of {SCALE_KEYS}, got {self.compute_scale_key!r}")
+        if not self.compute_scale_memory:
+            raise ValueError("compute_scale_memory must name the memory method the compute scale was fitted under")
+        ratios = {str(k): float(v) for k, v in self.memory_scale.items()}
+        if self.compute_scale_memory in ratios or not all(k and np.isfinite(v) and v > 0 for k, v in ratios.items()):
+            raise ValueError(f"memory_scale takes ratios > 0 of methods other than {self.compute_scale_memory!r} "
+                             f"(the curve's own), got {self.memory_scale}")
+        object.__setattr__(self, "memory_scale", ratios)
         if BASE_BACKEND in self.backends:
             raise ValueError(f"backends: {BASE_BACKEND} is the profile's own communication fields, not an overlay")
         object.__setattr__(self, "backends", {k: overlay_from_json(k, v, Link) for k, v in self.backends.items()})
@@ -170,8 +190,39 @@ class Profile:
         return float(np.exp(np.interp(np.log(max(float(nbytes), 1.0)), xs, ys)))
 
     def with_scale(self, scale: float) -> Profile:
-        """A copy priced with one ``compute_scale`` everywhere (no curve)."""
+        """A copy priced with one ``compute_scale`` everywhere (no curve), for the same memory method
+        (:attr:`compute_scale_memory`, whose :attr:`memory_scale` ratios still apply)."""
         return replace(self, compute_scale=float(scale), compute_scale_curve=())
+
+    def memory_ratio(self, method: str) -> float | None:
+        """The compute scale of runs under memory method ``method`` over the curve's
+        (:attr:`compute_scale_memory`): 1 for the curve's own, :attr:`memory_scale`'s ratio, or None where
+        the profile does not know it (an empty ``method`` reads as the curve's own)."""
+        if not method or method == self.compute_scale_memory:
+            return 1.0
+        return self.memory_scale.get(method)
+
+    def for_memory(self, method: str) -> Profile:
+        """This profile priced for runs under memory method ``method`` (a record's ``mem_method``): the compute
+        scale and its curve times :meth:`memory_ratio`, the ratios restated relative to ``method``; the profile
+        itself where the ratio is 1 or unknown (then priced as :attr:`compute_scale_memory`)."""
+        ratio = self.memory_ratio(method)
+        if ratio is None or method == self.compute_scale_memory or not method:
+            return self
+        others = {k: v / ratio for k, v in self.memory_scale.items() if k != method}
+        return replace(self, compute_scale=self.compute_scale * ratio,
+                       compute_scale_curve=tuple((b, v * ratio) for b, v in self.compute_scale_curve),
+                       compute_scale_memory=method, memory_scale={**others, self.compute_scale_memory: 1.0 / ratio})
+
+    def memory_label(self, method: str) -> str:
+        """Which memory method priced a record run under ``method``, for tables: ``rss`` (the curve's own),
+        ``rss = live x 2.30`` (the curve of ``live`` times its ratio), ``rss as live`` (no ratio known: priced as
+        the curve's method)."""
+        ratio = self.memory_ratio(method)
+        own = self.compute_scale_memory
+        if not method or method == own:
+            return own
+        return f"{method} as {own}" if ratio is None else f"{method} = {own} x {ratio:.2f}"
 
     def op(self, name: str) -> OpCost:
         """The cost of op family ``name``; ``gat_fused`` and ``gat_autograd`` fall back to ``gat_unfused``
@@ -196,6 +247,8 @@ class Profile:
             del d["backends"]
         if not self.crowded_cpu:  # the same costs however many ranks a host runs: written as before
             del d["crowded_cpu"]
+        if not self.memory_scale and self.compute_scale_memory == "rss":  # as fitted before the fields: as before
+            del d["memory_scale"], d["compute_scale_memory"]
         d["format_version"] = PROFILE_FORMAT_VERSION
         d["units"] = dict(OP_UNITS)
         return d
@@ -234,6 +287,8 @@ class Profile:
                 sorted((float(b), float(v)) for b, v in d.get("compute_scale_curve", ()))
             ),
             "compute_scale_key": str(d.get("compute_scale_key", "activation")),
+            "compute_scale_memory": str(d.get("compute_scale_memory", "rss")),
+            "memory_scale": {str(k): float(v) for k, v in d.get("memory_scale", {}).items()},
             "notes": tuple(d.get("notes", ())),
             "meta": dict(d.get("meta", {})),
             "backends": dict(d.get("backends", {})),
@@ -271,14 +326,58 @@ def load_profile(spec: str | Path) -> Profile:
 #: main-thread CPU time, AMD EPYC VM 2026-11-23 under a 1-min load of 9-14 on 2 cores; fit_message_costs):
 #: what the presets assume for torch.distributed's Python path on any machine
 MEASURED_MESSAGE_COSTS = {"p2p_call_s": 28e-6, "p2p_op_s": 17e-6, "p2p_wait_s": 4e-6}
+#: what :func:`icelake_hdr200` assumes, and where its message costs and jitter come from (the profile's ``notes``)
+ICELAKE_NOTES = (
+    "Assumed, not measured: Xeon Platinum 8360Y-class nodes (2 x 36 cores, 2.4 GHz, AVX-512).",
+    "gemm: 60% of fp32 peak per core (2 FMA x 16 lanes x 2 FLOP x 2.4 GHz), 85% thread efficiency.",
+    "memory: 2 x 204.8 GB/s DDR4-3200 theoretical, 70% sustained per node, 12 GB/s per core;",
+    "sparse ops are capped by node bandwidth at ~8 B per edge*feature (sum), 32 B (max),",
+    "64 B (unfused GAT; its streamed backward recomputes the attention: 3x the forward, autograd's 2x);",
+    "each shard also rewrites its n x w state at 12 B per row*feature.",
+    "network: HDR InfiniBand 200 Gb/s = 25 GB/s per direction, 80% effective; 5 us per message.",
+    "one worker per node, all 72 cores as threads; 256 GB per node.",
+    "message software (measured, not assumed): an exchange call 28 us + 17 us per op posted + 4 us per op "
+    "waited: torch.distributed's Python path over gloo timed by sarlab.real.calibration.commbench on 2-8 "
+    "ranks (AMD EPYC "
+    "VM, 2026-11-23, main-thread CPU time; the same code runs on a cluster node whatever the transport).",
+    "per-round jitter (assumed, order of magnitude): exponential delays of mean 20 us per exchange call. OS "
+    "noise costs 0.5-2.5 % of run time on ASCI Q with detours up to ms (Petrini et al., SC 2003); 0.31 % "
+    "daemon activity slowed an IBM SP's 4096-way allreduce from 710 us to 3 ms (Jones et al., SC 2003); a "
+    "1 kHz timer tick costs microseconds per tick (Tsafrir et al., ICS 2005). The sensitivity sweep "
+    "(results/cluster_claims/simulator_sensitivity.md) varies it from 0 to 1 ms.",
+)
+
+
 def icelake_hdr200() -> Profile:
     """The SAR paper's cluster: 2-socket Intel Icelake nodes, 256 GB each, HDR InfiniBand 200 Gb/s.
 
     Throughputs are assumptions (documented in ``notes``), not measurements: one worker per node with
     all of the node's cores.
     """
-    ghz = 2.4  # Xeon Platinum 8360Y-class base clock
     cores = 72  # 2 sockets x 36 cores (SAR's README: "2 Icelake processors (36 cores each)")
+    return Profile(
+        name="icelake-hdr200",
+        ops=_icelake_ops(cores),
+        inter_host=Link(latency_s=5e-6, bandwidth_Bps=0.8 * 200e9 / 8),
+        intra_host=Link(latency_s=1e-6, bandwidth_Bps=20e9),
+        cores_per_host=cores,
+        workers_per_host=1,
+        p2p_call_s=MEASURED_MESSAGE_COSTS["p2p_call_s"],
+        p2p_op_s=MEASURED_MESSAGE_COSTS["p2p_op_s"],
+        p2p_wait_s=MEASURED_MESSAGE_COSTS["p2p_wait_s"],
+        round_jitter_s=20e-6,
+        mem_overhead_factor=1.0,
+        mem_per_host_bytes=256 * 2**30,
+        notes=ICELAKE_NOTES,
+        meta={"machine": "SAR paper cluster (assumed figures)", "source": "preset"},
+    )
+
+
+def _icelake_ops(cores: int) -> dict[str, OpCost]:
+    """The op costs :func:`icelake_hdr200` assumes for one worker with all ``cores`` of a node as threads: from the
+    clock and vector units (``gemm``) and the memory bandwidth per core and per node (the rest), as
+    :data:`ICELAKE_NOTES` says."""
+    ghz = 2.4  # Xeon Platinum 8360Y-class base clock
     fp32_peak_per_core = ghz * 1e9 * 2 * 16 * 2  # 2 AVX-512 FMA units x 16 lanes x 2 FLOP
     # DDR4-3200, 8 channels per socket: 204.8 GB/s per socket theoretical; assume ~70 % sustained.
     node_stream_Bps = 2 * 204.8e9 * 0.7
@@ -291,7 +390,7 @@ def icelake_hdr200() -> Profile:
         """Parallel efficiency at which ``cores`` threads reach ``node_cap``."""
         return max(0.0, min(1.0, (node_cap / per_core - 1.0) / (cores - 1)))
 
-    ops = {
+    return {
         "gemm": OpCost(rate=0.6 * fp32_peak_per_core, overhead_s=10e-6, bwd_ratio=2.0, parallel_eff=0.85),
         "spmm": OpCost(
             rate=per_core_spmm,
@@ -335,41 +434,6 @@ def icelake_hdr200() -> Profile:
             parallel_eff=eff_for_cap(per_core_stream_Bps, node_stream_Bps),
         ),
     }
-    notes = (
-        "Assumed, not measured: Xeon Platinum 8360Y-class nodes (2 x 36 cores, 2.4 GHz, AVX-512).",
-        "gemm: 60% of fp32 peak per core (2 FMA x 16 lanes x 2 FLOP x 2.4 GHz), 85% thread efficiency.",
-        "memory: 2 x 204.8 GB/s DDR4-3200 theoretical, 70% sustained per node, 12 GB/s per core;",
-        "sparse ops are capped by node bandwidth at ~8 B per edge*feature (sum), 32 B (max),",
-        "64 B (unfused GAT; its streamed backward recomputes the attention: 3x the forward, autograd's 2x);",
-        "each shard also rewrites its n x w state at 12 B per row*feature.",
-        "network: HDR InfiniBand 200 Gb/s = 25 GB/s per direction, 80% effective; 5 us per message.",
-        "one worker per node, all 72 cores as threads; 256 GB per node.",
-        "message software (measured, not assumed): an exchange call 28 us + 17 us per op posted + 4 us per op "
-        "waited: torch.distributed's Python path over gloo timed by sarlab.real.calibration.commbench on 2-8 "
-        "ranks (AMD EPYC "
-        "VM, 2026-11-23, main-thread CPU time; the same code runs on a cluster node whatever the transport).",
-        "per-round jitter (assumed, order of magnitude): exponential delays of mean 20 us per exchange call. OS "
-        "noise costs 0.5-2.5 % of run time on ASCI Q with detours up to ms (Petrini et al., SC 2003); 0.31 % "
-        "daemon activity slowed an IBM SP's 4096-way allreduce from 710 us to 3 ms (Jones et al., SC 2003); a "
-        "1 kHz timer tick costs microseconds per tick (Tsafrir et al., ICS 2005). The sensitivity sweep "
-        "(results/cluster_claims/simulator_sensitivity.md) varies it from 0 to 1 ms.",
-    )
-    return Profile(
-        name="icelake-hdr200",
-        ops=ops,
-        inter_host=Link(latency_s=5e-6, bandwidth_Bps=0.8 * 200e9 / 8),
-        intra_host=Link(latency_s=1e-6, bandwidth_Bps=20e9),
-        cores_per_host=cores,
-        workers_per_host=1,
-        p2p_call_s=MEASURED_MESSAGE_COSTS["p2p_call_s"],
-        p2p_op_s=MEASURED_MESSAGE_COSTS["p2p_op_s"],
-        p2p_wait_s=MEASURED_MESSAGE_COSTS["p2p_wait_s"],
-        round_jitter_s=20e-6,
-        mem_overhead_factor=1.0,
-        mem_per_host_bytes=256 * 2**30,
-        notes=notes,
-        meta={"machine": "SAR paper cluster (assumed figures)", "source": "preset"},
-    )
 
 
 def reference_laptop() -> Profile:

@@ -3,7 +3,9 @@
 Measured values are the records' summary per configuration
 (:func:`sarlab.simulator.calibration.measured.summarize_measured`); the prediction error of a quantity is ``predicted /
 measured - 1``. Each configuration is priced with the links and message costs of its own ``backend`` column
-(:meth:`Profile.for_backend`; records without the column ran on gloo).
+(:meth:`Profile.for_backend`; records without the column ran on gloo) and the compute scale of the memory method
+(allocator) it ran under (its ``mem_method`` column, :meth:`Profile.for_memory`; the table's ``allocator`` column says
+which priced it).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from sarlab.simulator.hardware.backends import BASE_BACKEND
 from sarlab.simulator.hardware.host import regime
 from sarlab.simulator.hardware.profile import Profile
 from sarlab.simulator.network.linkprofile import LinkProfile
-from sarlab.simulator.system.replay import model_for, simulate_row, stats_for
+from sarlab.simulator.system.replay import memory_of, model_for, simulate_row, stats_for
 
 
 def _error(pred: float, meas: float) -> float:
@@ -70,6 +72,7 @@ def validate(
         out.update(
             threads_used=place.threads,
             host_regime=regime(place.workers_per_host, place.threads, prof.cores_per_host),
+            allocator=prof.memory_label(memory_of(row)),
             workload_source=stats.source,
             compute_scale_used=result.compute_scale,
             scale_key_bytes=result.scale_key_bytes,
@@ -171,7 +174,8 @@ def backend_ratios(table: pd.DataFrame) -> pd.DataFrame:
 def markdown_table(table: pd.DataFrame) -> str:
     """The validation table as Markdown: one row per configuration, times in s, memory in MiB, errors."""
     several = table.apply(backend_of_row, axis=1).nunique() > 1 if len(table) else False
-    cols = ["model", "mode", "workers", "threads", "host", *(["backend"] if several else []), "time meas (s)",
+    cols = ["model", "mode", "workers", "threads", "host", "allocator", *(["backend"] if several else []),
+            "time meas (s)",
             "epoch spread",
             "time pred (s)", "time err",
             "wait meas (s)", "wait pred (s)", "peak meas (MiB)", "peak pred (MiB)", "peak err"]
@@ -186,6 +190,7 @@ def markdown_table(table: pd.DataFrame) -> str:
             str(int(r["workers"])),
             f"{r.get('threads_used', math.nan):g}",
             str(r.get("host_regime", "")),
+            str(r.get("allocator", "")),
             *([r["_b"]] if several else []),
             f"{r['measured_epoch_time_s']:.3g}",
             f"{r.get('measured_epoch_spread', math.nan):.0%}",

@@ -133,6 +133,21 @@ def network_of(row: pd.Series) -> str:
     return "loopback"
 
 
+#: the column that says which memory method (allocator) a record ran under (``live``, ``rss``; written by the workers),
+#: which prices its compute (:meth:`sarlab.simulator.hardware.profile.Profile.for_memory`)
+MEMORY_COLUMN = "mem_method"
+
+
+def memory_of(row: pd.Series) -> str:
+    """The memory method (allocator) a record ran under: its ``mem_method`` column (``live`` or ``rss``), empty where
+    it has none (records older than the column; priced as the profile's curve is,
+    :meth:`~sarlab.simulator.hardware.profile.Profile.for_memory`)."""
+    value = row.get(MEMORY_COLUMN)
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return ""
+    return str(value).strip()
+
+
 def simulate_row(
     row: pd.Series,
     profile: Profile,
@@ -144,7 +159,9 @@ def simulate_row(
     partition, model, mode, prefetch, threads per worker and network: a ``veth`` record takes the link profile of its
     rate from ``links`` as the inter-host link, with its ``shared_efficiency``
     (:mod:`sarlab.simulator.network.sharing`), its ``N / H`` workers per emulated host sharing that host's NIC, all
-    workers on this machine's cores)."""
+    workers on this machine's cores), with the compute scale of the memory method it ran under (its ``mem_method``:
+    :meth:`~sarlab.simulator.hardware.profile.Profile.for_memory`)."""
+    profile = profile.for_memory(memory_of(row))
     threads = float(row["threads"]) if float(row.get("threads") or 0) > 0 else None
     workers = int(row["workers"])
     links = [with_sharing(lp) for lp in links or []]  # the link profile's loss of concurrent flows, if measured
