@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
+
+from sarlab.common.log import prefixed
+
+_log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 CAUGHT = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill/a scheduler, a closed terminal
@@ -93,8 +98,8 @@ def interruptible(main: Callable[[list[str] | None], int]) -> Callable[[list[str
                 return main(argv)
         except KeyboardInterrupt as err:
             name = signal.Signals(getattr(err, "signum", signal.SIGINT)).name
-            print(f"sarlab: interrupted by {name}; workers stopped, temporary files and networks removed",
-                  file=sys.stderr, flush=True)
+            _log.warning("interrupted by %s; workers stopped, temporary files and networks removed", name,
+                         extra=prefixed("sarlab"))  # at -q too; "sarlab: interrupted by SIGINT; ..." on stderr
             return exit_code(err)
 
     wrapped.__doc__, wrapped.__name__ = main.__doc__, main.__name__
@@ -152,7 +157,6 @@ def survive_oom(note: str) -> None:
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
         if os.WTERMSIG(status) == signal.SIGKILL:
-            print(f"error: the run was killed by the kernel (SIGKILL), most likely out of memory: {note}",
-                  file=sys.stderr, flush=True)
+            _log.error("the run was killed by the kernel (SIGKILL), most likely out of memory: %s", note)
         os._exit(128 + os.WTERMSIG(status))
     os._exit(os.waitstatus_to_exitcode(status))

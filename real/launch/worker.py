@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from sarlab import kernels
+from sarlab.common.log import ON_STDOUT
 from sarlab.core import memory
 from sarlab.core.comm import Comm, prepare_backend
 from sarlab.core.shards import ShardedGraph
@@ -205,12 +206,8 @@ def _train(job: Job, trainer: Trainer, baseline: int, manifest: dict, mem_method
                                                  (job.checkpoint_every and done % job.checkpoint_every == 0)):
             checkpoint.save_checkpoint(job.checkpoint_dir, trainer, done, facts,
                                        history=json.loads(json.dumps(history + records, default=str)))
-        if rank == 0 and not job.quiet:
-            acc = f" val {rec['val_acc']:.3f}" if rec["val_acc"] == rec["val_acc"] else ""
-            print(f"[{rec['mode']} {job.model.model} x{trainer.graph.world}] epoch {epoch + 1}/"
-                  f"{job.train.epochs} loss {rec['loss']:.4f} train {rec['train_acc']:.3f}{acc} "
-                  f"time {rec['epoch_time_s']:.2f}s peak {rec['peak_mem_bytes'] / 2**20:.0f} MiB "
-                  f"(+{(rec['peak_mem_bytes'] - rec['baseline_mem_bytes']) / 2**20:.0f} above baseline)", flush=True)
+        if rank == 0 and not job.quiet and _log.isEnabledFor(logging.INFO):
+            _log.info(_epoch_line(job, trainer, rec, epoch), extra=ON_STDOUT)  # on stdout (sarlab.common.log)
     if job.predict:
         outputs = trainer.predict(job.train.epochs)
         if rank == 0:
@@ -218,6 +215,15 @@ def _train(job: Job, trainer: Trainer, baseline: int, manifest: dict, mem_method
     if job.save_model and rank == 0:
         checkpoint.save_model(job.save_model, trainer, force=job.force)
     return records
+
+
+def _epoch_line(job: Job, trainer: Trainer, rec: dict, epoch: int) -> str:
+    """Rank 0's progress line of one epoch (INFO on the worker's logger: shown at the launcher's verbosity)."""
+    acc = f" val {rec['val_acc']:.3f}" if rec["val_acc"] == rec["val_acc"] else ""
+    return (f"[{rec['mode']} {job.model.model} x{trainer.graph.world}] epoch {epoch + 1}/"
+            f"{job.train.epochs} loss {rec['loss']:.4f} train {rec['train_acc']:.3f}{acc} "
+            f"time {rec['epoch_time_s']:.2f}s peak {rec['peak_mem_bytes'] / 2**20:.0f} MiB "
+            f"(+{(rec['peak_mem_bytes'] - rec['baseline_mem_bytes']) / 2**20:.0f} above baseline)")
 
 
 _PROGRESS_FD: list[int] = []  # the launcher's worker: RUNDIR/rank{r}.progress, the epoch this rank has begun

@@ -7,6 +7,10 @@ line (``-q`` quiet: warnings only, default: progress at INFO, ``-v``: DEBUG too)
 at the same level (:func:`configure_from_env`). Without :func:`configure` (a script, a notebook) sarlab adds no
 handler: Python's defaults apply (warnings on stderr, INFO dropped) unless the caller configured logging, or a call
 asks for its progress (``sarlab.run(quiet=False)`` or ``log=``, see :func:`progress_sink`).
+
+Two kinds of record read differently from the rest: the per-epoch lines of a run (``extra=``:data:`ON_STDOUT`),
+which sarlab's handler writes to stdout as a command's output, and a warning or error that names its own prefix
+(``extra=prefixed("sarlab")``: ``sarlab: interrupted by SIGINT ...`` rather than ``warning: ...``).
 """
 from __future__ import annotations
 
@@ -21,26 +25,39 @@ ROOT = "sarlab"
 ENV_VAR = "SARLAB_VERBOSITY"
 QUIET, NORMAL, VERBOSE = -1, 0, 1
 
+_STDOUT_ATTR, _PREFIX_ATTR = "sarlab_stdout", "sarlab_prefix"
+#: ``extra=`` of a progress record that is a command's output (a run's per-epoch lines): sarlab's handler writes
+#: it to stdout; like any INFO record it is dropped at ``-q`` and when logging is at WARNING
+ON_STDOUT = {_STDOUT_ATTR: True}
+
+
+def prefixed(prefix: str) -> dict:
+    """``extra=`` of a warning or error shown as ``PREFIX: message`` instead of ``warning: message``."""
+    return {_PREFIX_ATTR: prefix}
+
 
 class _Format(logging.Formatter):
-    """Progress as the bare line; warnings and errors prefixed with their level; DEBUG with the logger's name."""
+    """Progress as the bare line; warnings and errors prefixed with their level (or their own prefix, see
+    :func:`prefixed`); DEBUG with the logger's name."""
 
     def format(self, record: logging.LogRecord) -> str:
         message = record.getMessage()
         if record.exc_info:
             message += "\n" + self.formatException(record.exc_info)
         if record.levelno >= logging.WARNING:
-            return f"{record.levelname.lower()}: {message}"
+            return f"{getattr(record, _PREFIX_ATTR, None) or record.levelname.lower()}: {message}"
         if record.levelno < logging.INFO:
             return f"[{record.name}] {message}"
         return message
 
 
 class _Handler(logging.StreamHandler):
-    """sarlab's stderr handler (a class of its own, so :func:`configure` replaces only its own)."""
+    """sarlab's stderr handler (a class of its own, so :func:`configure` replaces only its own); records marked
+    :data:`ON_STDOUT` go to ``sys.stdout`` unless a stream was given."""
 
     def __init__(self, stream: TextIO | None = None) -> None:
         super().__init__(stream)
+        self._stream = stream  # None: the streams as they are at each line (StreamHandler bound sys.stderr)
         self.setFormatter(_Format())
 
     @property
@@ -51,12 +68,30 @@ class _Handler(logging.StreamHandler):
     def stream(self, value: TextIO | None) -> None:
         self._stream = value
 
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = self.format(record)
+            stream = sys.stdout if self._stream is None and getattr(record, _STDOUT_ATTR, False) else self.stream
+            stream.write(message + self.terminator)
+            stream.flush()  # a worker's line reaches the terminal (or a pipe) as it is written
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(record)
+
 
 def level_for(verbosity: int) -> int:
     """The logging level of a verbosity: -1 (``-q``) WARNING, 0 INFO, 1 or more (``-v``) DEBUG."""
     if verbosity <= QUIET:
         return logging.WARNING
     return logging.INFO if verbosity == NORMAL else logging.DEBUG
+
+
+def verbosity_for(level: int) -> int:
+    """The verbosity of a logging level (:func:`level_for`'s inverse): DEBUG or below 1, INFO 0, above -1."""
+    if level <= logging.DEBUG:
+        return VERBOSE
+    return NORMAL if level <= logging.INFO else QUIET
 
 
 def configure(verbosity: int = NORMAL, stream: TextIO | None = None) -> logging.Logger:
@@ -66,7 +101,8 @@ def configure(verbosity: int = NORMAL, stream: TextIO | None = None) -> logging.
 
     Args:
         verbosity: -1 quiet (warnings only), 0 progress (INFO), 1 debug.
-        stream: where lines go (default: ``sys.stderr`` at the time of each line).
+        stream: where lines go (default: ``sys.stderr`` at the time of each line, and ``sys.stdout`` for the
+            records marked :data:`ON_STDOUT`).
     """
     logger = logging.getLogger(ROOT)
     for handler in [h for h in logger.handlers if isinstance(h, _Handler)]:
@@ -80,7 +116,8 @@ def configure(verbosity: int = NORMAL, stream: TextIO | None = None) -> logging.
 
 def configure_from_env(rank: int = 0) -> None:
     """In a worker process: log as the process that started it configured (``$SARLAB_VERBOSITY``), ranks other
-    than 0 one step quieter (their progress repeats rank 0's). Nothing happens when it is unset."""
+    than 0 one step quieter (their progress repeats rank 0's). Nothing happens when it is unset: the worker then
+    has Python's defaults (warnings on stderr, no progress)."""
     value = os.environ.get(ENV_VAR)
     if value is None:
         return
@@ -118,9 +155,14 @@ def progress_sink(log: Callable[[str], None] | logging.Logger | None,
 
 @contextlib.contextmanager
 def shown(quiet: bool) -> Iterator[None]:
-    """While the block runs, show sarlab's INFO lines on stderr when ``quiet`` is False and nothing else shows
-    them (no handler on the ``sarlab`` loggers or the root), in the worker processes started meanwhile too; with
-    ``quiet`` True leave logging as it is (Python's default shows warnings only)."""
+    """While the block runs, show sarlab's INFO lines on stderr (a run's epoch lines on stdout) when ``quiet`` is
+    False and nothing else shows them (no handler on the ``sarlab`` loggers or the root), in the worker processes
+    started meanwhile too; with ``quiet`` True leave logging as it is (Python's default shows warnings only).
+
+    Where the caller configured logging, its level holds: the worker processes (which do not share this process's
+    handlers) log at the ``sarlab`` logger's level here, with sarlab's handler, so a caller at WARNING sees no
+    progress from them and one at INFO sees their epoch lines.
+    """
     logger = logging.getLogger(ROOT)
     handler, before, exported = None, logger.level, ENV_VAR in os.environ
     if not quiet and not logger.hasHandlers():
@@ -129,11 +171,13 @@ def shown(quiet: bool) -> Iterator[None]:
         if logger.getEffectiveLevel() > logging.INFO:
             logger.setLevel(logging.INFO)
         os.environ.setdefault(ENV_VAR, str(NORMAL))  # the run's worker processes show rank 0's progress too
+    elif not quiet and not exported:  # a caller's own logging: the workers follow its level
+        os.environ[ENV_VAR] = str(verbosity_for(logger.getEffectiveLevel()))
     try:
         yield
     finally:
         if handler is not None:
             logger.removeHandler(handler)
             logger.setLevel(before)
-            if not exported:
-                os.environ.pop(ENV_VAR, None)
+        if not exported:
+            os.environ.pop(ENV_VAR, None)
