@@ -12,8 +12,7 @@ import pandas as pd
 import pytest
 from test_simulator_fixtures import hand_profile
 
-from sarlab.real.calibration.engine_child import check_plan
-from sarlab.real.calibration.engine_runs import child_plan, memory_scale_of
+from sarlab.real.calibration.engine_runs import check_plan, child_plan, memory_scale_of
 from sarlab.simulator.calibration.fitting import fit_memory_ratio
 from sarlab.simulator.calibration.probe import probe_scale
 from sarlab.simulator.hardware.profile import Profile, load_profile, save_profile

@@ -12,13 +12,16 @@ method (``live``: the counting allocator, whose block cache reuses resident page
 (``rss``: every large tensor on fresh pages) are measured on the same graph at the middle size, and their ratio kept
 (:attr:`sarlab.simulator.hardware.profile.Profile.memory_scale`): on the 2-core VM the two differed 2.3x on
 2026-11-27, and the fault-paying ``rss`` side drifts from day to day. Each pass's runs share one process
-(:mod:`sarlab.real.calibration.engine_child`: one interpreter and torch import instead of one per run);
-:func:`engine_epoch` (the probe's) is a whole ``sarlab train``.
+(:func:`run_child` starts ``python -m sarlab.real.calibration.engine_runs``, :func:`main`, which runs them as a
+one-worker ``sarlab train`` worker would: one interpreter and torch import instead of one per run, 6-8 s each on the
+2-core VM); :func:`engine_epoch` (the probe's) is a whole ``sarlab train``.
 """
 
 from __future__ import annotations
 
+import gc
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -28,14 +31,24 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 
+from sarlab import kernels
+from sarlab.core import memory
+from sarlab.core.comm import Comm
+from sarlab.core.config import EngineConfig
+from sarlab.core.shards import ShardedGraph
+from sarlab.data.partition import load_manifest, load_part
+from sarlab.nn.model import ModelConfig
 from sarlab.real.calibration.harness import ROOT
+from sarlab.real.launch.prepare import prepare_partition
 from sarlab.simulator.calibration.calibration import Calibration
 from sarlab.simulator.calibration.fitting import fit_memory_ratio, fit_scale_curve, median_scale_points
 from sarlab.simulator.calibration.measured import read_records, summarize_measured, with_defaults
 from sarlab.simulator.calibration.probe import PROBE_GRAPH, PROBE_MEMORY, PROBE_MODEL
 from sarlab.simulator.hardware.profile import Profile
 from sarlab.simulator.system.replay import simulate_row
+from sarlab.training.trainer import TrainConfig, Trainer
 
 #: graphs of :func:`bench_engine`, ``nodes`` from :data:`ENGINE_SIZES` or the quick sizes (not graphs any
 #: benchmark or validation uses)
@@ -91,7 +104,7 @@ def engine_epoch(
 
 def child_plan(sizes: tuple[int, ...], turn: int, ratio_size: int, layers: int, hidden: int, epochs: int,
                parts: Path) -> list[dict[str, Any]]:
-    """The runs of pass ``turn`` (0-based) in one :mod:`sarlab.real.calibration.engine_child`: GCN and SAGE under
+    """The runs of pass ``turn`` (0-based) in one child process (:func:`run_child`): GCN and SAGE under
     ``rss`` at ``ratio_size`` first (the counting allocator, once installed, stays), then under ``live`` at every
     size, ascending in even passes and descending in odd ones."""
     def run(nodes: int, model: str, memory: str) -> dict[str, Any]:
@@ -105,12 +118,12 @@ def child_plan(sizes: tuple[int, ...], turn: int, ratio_size: int, layers: int, 
 
 
 def run_child(runs: list[dict[str, Any]], tmp: Path) -> list[pd.Series]:
-    """Run ``runs`` in one :mod:`sarlab.real.calibration.engine_child` process; returns each run's
-    :func:`sarlab.simulator.calibration.measured.summarize_measured` row (median epoch time of the epochs after the
-    first), with the memory method it ran under (``mem_method``)."""
+    """Run ``runs`` in one child process (``python -m sarlab.real.calibration.engine_runs``, :func:`main`); returns
+    each run's :func:`sarlab.simulator.calibration.measured.summarize_measured` row (median epoch time of the epochs
+    after the first), with the memory method it ran under (``mem_method``)."""
     plan, out = tmp / "plan.json", tmp / "runs.json"
     plan.write_text(json.dumps({"runs": runs}))
-    cmd = [sys.executable, "-m", "sarlab.real.calibration.engine_child", str(plan), str(out)]
+    cmd = [sys.executable, "-m", "sarlab.real.calibration.engine_runs", str(plan), str(out)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
     if proc.returncode != 0:
         raise RuntimeError(f"engine runs exited with {proc.returncode}: {proc.stderr[-400:]}")
@@ -127,7 +140,7 @@ def bench_engine(cal: Calibration, profile: Profile) -> tuple[float, tuple[tuple
     nodes (degree 30, 128 features; graphs no benchmark or validation uses; ``--quick``: two small sizes, one pass):
     whole-graph activations of 13-102 MB, the range of one worker's shard in the validation runs. One worker keeps
     communication out of the fit. Each of :data:`ENGINE_PASSES` passes is one process
-    (:func:`run_child`, :mod:`sarlab.real.calibration.engine_child`): GCN and SAGE under ``rss`` at the middle size
+    (:func:`run_child`): GCN and SAGE under ``rss`` at the middle size
     first, then both under ``live`` at every size, ascending in the first pass and descending in the second, so that
     a slow minute of a shared machine hits one run of a size, not all of them. Each ``live`` run gives a ratio
     measured / predicted (median of the epochs after the first) at its key (``cal.scale_key``): its predicted peak
@@ -240,3 +253,87 @@ def speed_probe(partition_dir: str | Path, spec: str = PROBE_GRAPH) -> dict[str,
         "probe_threads": int(row["threads"]),
         "probe_time": time.time(),
     }
+
+
+# ------------------------------------------------------------------------------------------------ the child process
+# Each run is what a one-worker ``sarlab train --mode sar --eval-every 0 --threads T --memory M`` does in its worker
+# (sarlab.real.launch.worker.run): the partition loaded and verified, the graph and trainer built with the cyclic
+# collector paused, then collected and frozen, the baseline taken and the epochs stepped; without the launcher and its
+# process group (one worker needs none), with one interpreter and one torch import for all the runs of a pass.
+# The allocator cannot be chosen freely per run: ``live`` installs the counting allocator as torch's CPU allocator,
+# which cannot be taken out again (sarlab.core.memory.use_method; only its block cache can be switched off, which is
+# not what an ``rss`` run does). So a plan lists its ``rss`` runs first and its ``live`` runs after them.
+
+#: the keys of one run in a plan
+RUN_KEYS = ("spec", "partition_dir", "model", "layers", "hidden", "epochs", "threads", "memory")
+
+
+def check_plan(runs: list[dict[str, Any]]) -> None:
+    """Raise ValueError unless every run has :data:`RUN_KEYS` and no ``rss`` run follows a ``live`` one (the counting
+    allocator, once installed, stays)."""
+    for i, run in enumerate(runs):
+        missing = [k for k in RUN_KEYS if k not in run]
+        if missing:
+            raise ValueError(f"run {i} of the plan lacks {missing}")
+        if run["memory"] not in memory.METHODS:
+            raise ValueError(f"run {i}: memory must be one of {memory.METHODS}, got {run['memory']!r}")
+    methods = [run["memory"] for run in runs]
+    if "live" in methods and "rss" in methods[methods.index("live"):]:
+        raise ValueError("a plan runs its rss runs before its live ones: the counting allocator cannot be taken out")
+
+
+def _partition(spec: str, pdir: Path) -> str:
+    """The one-part partition of ``spec`` in ``pdir`` (made there the first time, as ``sarlab train --partition-dir``
+    makes it: METIS, seed 0)."""
+    if (pdir / "manifest.json").exists():
+        return str(pdir)
+    made, _ = prepare_partition(spec, 1, "metis", 0, str(pdir), cache=False, say=lambda _line: None)
+    return made
+
+
+def run_one(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """One run of a plan: its records, one per epoch, with the configuration columns the worker adds."""
+    method = memory.use_method(run["memory"])
+    kernels.backend("auto")  # built and loaded before the first measured epoch, as the worker does
+    torch.set_num_threads(int(run["threads"]) or max(1, len(os.sched_getaffinity(0))))
+    pdir = _partition(run["spec"], Path(run["partition_dir"]))
+    gc.disable()  # the worker builds its graph and trainer with the collector paused (worker_entry)
+    try:
+        manifest = load_manifest(pdir)
+        part = load_part(pdir, 0, manifest, verify=True)
+        graph = ShardedGraph.from_partition(part, Comm(0, 1), EngineConfig(mode="sar"))
+        trainer = Trainer(graph, part, ModelConfig(model=run["model"], layers=int(run["layers"]),
+                                                   hidden=int(run["hidden"])),
+                          TrainConfig(epochs=int(run["epochs"]), eval_every=0))
+    finally:
+        gc.collect()
+        gc.freeze()
+        gc.enable()
+    extra = trainer.config_columns()
+    extra.update(graph=manifest["graph"], partition_dir=os.path.abspath(pdir), num_edges=manifest["num_edges"],
+                 label="", net="loopback", backend="gloo", mem_method=method)
+    baseline = memory.baseline_bytes()
+    records = []
+    for epoch in range(int(run["epochs"])):
+        rec = trainer.step(epoch, baseline)
+        rec.update(extra, peak_vmhwm_bytes=memory.vmhwm_bytes())
+        records.append(rec)
+    del trainer, graph, part
+    gc.unfreeze()  # the next run's set-up is frozen on its own; this one's objects may go
+    gc.collect()
+    return records
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m sarlab.real.calibration.engine_runs PLAN.json OUT.json`` (what :func:`run_child` starts): run
+    ``PLAN``'s ``runs`` in order in this process and write ``{"runs": [records of each run]}`` to ``OUT``."""
+    plan_path, out_path = sys.argv[1:3] if argv is None else argv
+    runs = json.loads(Path(plan_path).read_text())["runs"]
+    check_plan(runs)
+    memory.tune_malloc()  # the engine's thresholds before any tensor, whatever the first run's method
+    out = [run_one(run) for run in runs]
+    Path(out_path).write_text(json.dumps({"runs": out}, default=str))
+
+
+if __name__ == "__main__":
+    main()
