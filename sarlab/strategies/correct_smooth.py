@@ -21,8 +21,10 @@ from dataclasses import dataclass
 
 import torch
 
+from sarlab.common.records import CS_COLUMNS
 from sarlab.core.aggregators import Aggregation
 from sarlab.data.validate_data import InputError, check_int, check_real
+from sarlab.strategies.hooks import Strategy
 
 _SUM = Aggregation("sum")
 
@@ -108,3 +110,54 @@ def correct_and_smooth(graph, probs: torch.Tensor, labels: torch.Tensor, train_m
     start = corrected.clone()
     start[train] = truth[train]
     return propagate(graph, start, cfg.smoothing_alpha, cfg.smoothing_layers, lambda g: g.clamp_(0.0, 1.0))
+
+
+@dataclass(frozen=True)
+class CorrectSmoothConfig:
+    """Correct & Smooth as a training strategy (``TrainConfig.correct_smooth``, ``--correct-smooth PRESET``).
+
+    Args:
+        preset: the name of the hyperparameters in :data:`PRESETS` (``products``, ``arxiv``).
+        params: other hyperparameters than the preset's (the trainer's ``cs_config``); the records still name
+            ``preset``.
+    """
+
+    preset: str = "products"
+    params: CSConfig | None = None
+
+    def __post_init__(self):
+        if self.preset not in PRESETS:
+            raise InputError(f"unknown Correct & Smooth preset {self.preset!r}: choose {', '.join(PRESETS)}")
+
+    @property
+    def hyperparameters(self) -> CSConfig:
+        return self.params if self.params is not None else PRESETS[self.preset]
+
+
+class CorrectAndSmooth(Strategy):
+    """The trainer's hooks: the last epoch evaluates, and C&S of the softmax of its evaluation logits gives the
+    train, validation and test accuracies in its record (``cs_train_acc``, ``cs_val_acc``, ``cs_test_acc``)."""
+
+    name = "correct_smooth"
+    config_type = CorrectSmoothConfig
+    record_fields = CS_COLUMNS
+
+    @classmethod
+    def configure(cls, train_cfg, engine_cfg=None, given: tuple = ()) -> CorrectSmoothConfig | None:
+        """From ``train_cfg.correct_smooth`` (empty: off), with the hyperparameters of a :class:`CSConfig` in
+        ``given`` (the trainer's ``cs_config``) if there is one."""
+        if not train_cfg.correct_smooth:
+            return None
+        return CorrectSmoothConfig(train_cfg.correct_smooth, next((c for c in given if isinstance(c, CSConfig)), None))
+
+    @classmethod
+    def columns(cls, config: CorrectSmoothConfig | None) -> dict:
+        return {"correct_smooth": config.preset if config is not None else ""}
+
+    def wants_eval(self, epoch: int, last: bool) -> bool:
+        return last
+
+    def after_training(self, run, eval_logits: torch.Tensor | None) -> dict:
+        out = correct_and_smooth(run.graph, torch.softmax(eval_logits.to(torch.float64), 1), run.y, run.masks["train"],
+                                 int(run.global_counts[0]), self.config.hyperparameters)
+        return dict(zip(self.record_fields, run.accuracy(out)))

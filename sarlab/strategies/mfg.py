@@ -14,10 +14,14 @@ whose layers normalise over all nodes (BatchNorm) cannot be pruned.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from sarlab.core.comm import TAG_HALO
 from sarlab.core.shards import ShardedGraph, ShardIndex, typed_shard
+from sarlab.data.validate_data import InputError
+from sarlab.strategies.hooks import Strategy, TrainView
 
 
 def _needed_rows(graph: ShardedGraph, dst_mask: torch.Tensor) -> tuple[torch.Tensor, dict, dict]:
@@ -117,3 +121,38 @@ class PrunedGraph:
         if name == "graph":
             raise AttributeError(name)
         return getattr(self.graph, name)
+
+
+@dataclass(frozen=True)
+class MFGConfig:
+    """MFG pruning's settings (``TrainConfig.mfg``, ``--mfg``): none; the seeds are the labelled training nodes."""
+
+
+class MFGPruning(Strategy):
+    """The trainer's hooks: a :class:`PrunedGraph` of the training nodes built once; every training forward runs on
+    it (the model reads ``x[input_rows]`` and returns the seeds' rows). Evaluation runs on the whole graph."""
+
+    name = "mfg"
+    config_type = MFGConfig
+
+    @classmethod
+    def configure(cls, train_cfg, engine_cfg=None, given: tuple = ()) -> MFGConfig | None:
+        return MFGConfig() if train_cfg.mfg else None
+
+    @classmethod
+    def columns(cls, config: MFGConfig | None) -> dict:
+        return {"mfg": config is not None}
+
+    def check(self, model_cfg, active) -> None:
+        if getattr(model_cfg, "batchnorm", False):
+            raise InputError("MFG pruning computes only the rows that reach a training node, but BatchNorm "
+                             "normalises over every node: drop --batchnorm or --mfg")
+        if "stale" in active:
+            raise InputError("--staleness caches every halo row of the whole graph, MFG pruning keeps only the rows "
+                             "that reach a training node: drop --staleness or --mfg")
+
+    def setup(self, run) -> None:
+        self.plan = PrunedGraph(run.graph, run.masks["train"], run.model.cfg.layers)
+
+    def train_view(self, run, view: TrainView, epoch: int, last: bool) -> TrainView:
+        return TrainView(self.plan, self.plan.input_rows, self.plan.output_rows)

@@ -32,6 +32,7 @@ exchange outlives training. Evaluation runs on the plain graph, with exact halos
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -39,6 +40,8 @@ import torch
 from sarlab.core import phases
 from sarlab.core.aggregate import HaloExchange, ShardAggregate, autograd_aggregate
 from sarlab.core.comm import Pending
+from sarlab.data.validate_data import check_int
+from sarlab.strategies.hooks import Strategy, TrainView
 
 #: point-to-point tag of layer slot ``k``'s stale exchanges: ``TAG_STALE + k`` (the exact modes use 1..4)
 TAG_STALE = 64
@@ -172,3 +175,40 @@ class StaleGraph:
         if getattr(aggregator, "keeps_graph", False):
             return autograd_aggregate(aggregator, graph, graph.merged_shard(), own_and_halo, dst_x, params)
         return ShardAggregate.apply(graph, aggregator, graph.merged_shard(), own_and_halo, dst_x, *params)
+
+
+@dataclass(frozen=True)
+class StalenessConfig:
+    """Stale halos' settings (``EngineConfig.staleness``, ``--staleness S``).
+
+    Args:
+        staleness: ``S >= 1``, how many epochs old a halo row may be.
+    """
+
+    staleness: int = 1
+
+    def __post_init__(self):
+        check_int("staleness", self.staleness, 1)
+
+
+class Staleness(Strategy):
+    """The trainer's hooks: :class:`StaleHalos` caches built once; every training forward runs on a
+    :class:`StaleGraph` (the last epoch drains the exchanges in flight). Evaluation runs on the plain graph."""
+
+    name = "stale"
+    config_type = StalenessConfig
+
+    @classmethod
+    def configure(cls, train_cfg, engine_cfg=None, given: tuple = ()) -> StalenessConfig | None:
+        staleness = getattr(engine_cfg, "staleness", 0)  # S = 0: no cache, the exact modes unchanged
+        return StalenessConfig(staleness) if staleness else None
+
+    @classmethod
+    def columns(cls, config: StalenessConfig | None) -> dict:
+        return {"staleness": config.staleness if config is not None else 0}
+
+    def setup(self, run) -> None:
+        self.halos = StaleHalos(run.graph, self.config.staleness)
+
+    def train_view(self, run, view: TrainView, epoch: int, last: bool) -> TrainView:
+        return TrainView(self.halos.view(epoch, last=last), view.input_rows, view.output_rows)

@@ -331,16 +331,15 @@ def restore(trainer, payload: dict, facts: dict) -> int:
 def save_model(path: str, trainer, force: bool = False) -> None:
     """Write the final weights with the model's configuration (call on rank 0 only); see :func:`load_model`.
 
-    ``in_dim`` is the model's input width: the features, plus one column per class with label augmentation
-    (the label inputs); ``num_relations`` the graph's relations (R-GCN's weights are per relation).
+    ``in_dim`` is the model's input width (``trainer.in_dim``): the features, widened by the strategies (label
+    augmentation: one column per class); ``num_relations`` the graph's relations (R-GCN's weights are per relation).
     """
     check_target(path, "model", force)
     cfg = trainer.model.cfg
-    label_inputs = int(trainer.part.num_classes) if trainer.train_cfg.label_aug else 0
     payload = {"format": KINDS["model"], "version": FORMAT_VERSION,
                "model_config": asdict(cfg) if is_dataclass(cfg) else {}, "dtype": trainer.train_cfg.dtype,
                "feature_dim": int(trainer.part.feature_dim), "num_classes": int(trainer.part.num_classes),
-               "in_dim": int(trainer.part.feature_dim) + label_inputs, "label_aug": float(trainer.train_cfg.label_aug),
+               "in_dim": int(trainer.in_dim), "label_aug": float(trainer.train_cfg.label_aug),
                "num_relations": int(getattr(trainer.part, "num_relations", 1)),
                # a user's model (model_fn): where to import its factory from again, or None (see load_model)
                "model_fn": getattr(trainer.model, "sarlab_factory", None),

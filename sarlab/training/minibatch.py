@@ -46,6 +46,7 @@ from sarlab.core.shards import Shard, ShardedGraph, ShardIndex
 from sarlab.data.partition import Partition
 from sarlab.data.validate_data import InputError, check_int
 from sarlab.nn.model import ModelConfig
+from sarlab.strategies import registry
 from sarlab.strategies.sampling import DistSampler, FeatureFetch, GraphStore, Level, key_of, node_keys, segments
 from sarlab.training.trainer import TrainConfig, Trainer
 
@@ -264,14 +265,15 @@ class MiniBatchTrainer(Trainer):
     Args:
         graph: the worker's :class:`~sarlab.core.shards.ShardedGraph`.
         part: its partition.
-        model_cfg, train_cfg: the model and the optimisation (no MFG, label augmentation or C&S).
+        model_cfg, train_cfg: the model and the optimisation (no strategy: MFG, label augmentation, C&S and the
+            others that TrainConfig switches on hook into the full-batch epoch).
         sampling: fan-outs, batch size, prefetch.
         round_batches: batches sampled together (0: the epoch's; see the module docstring).
     """
 
     def __init__(self, graph: ShardedGraph, part: Partition, model_cfg: ModelConfig, train_cfg: TrainConfig,
                  sampling: SamplingConfig, round_batches: int = DEFAULT_ROUND_BATCHES):
-        if train_cfg.mfg or train_cfg.label_aug or train_cfg.correct_smooth:
+        if registry.configure(train_cfg):  # the strategies a TrainConfig switches on hook into the full-batch epoch
             raise InputError("sampling trains on sampled mini-batches: MFG pruning, label augmentation and "
                              "Correct & Smooth are full-batch options; drop them or use mode sar/sa/oneshot")
         if model_cfg.model not in ("gcn", "sage", "gat"):

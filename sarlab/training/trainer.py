@@ -1,4 +1,9 @@
-"""The full-batch training loop: global loss normalisation, gradient all-reduce, Adam, metrics."""
+"""The full-batch training loop: global loss normalisation, gradient all-reduce, Adam, metrics.
+
+The training strategies (stale halos, MFG pruning, label augmentation, Correct & Smooth, and any other in
+:data:`sarlab.strategies.registry.STRATEGIES`) come in through their hooks (:mod:`sarlab.strategies.hooks`): the
+trainer builds the switched-on ones from its settings in one place and calls them at fixed points of an epoch.
+"""
 from __future__ import annotations
 
 import math
@@ -12,10 +17,8 @@ from sarlab.core import memory
 from sarlab.data.partition import Partition
 from sarlab.data.validate_data import InputError, check_int, check_real
 from sarlab.nn.model import GNN, ModelConfig
-from sarlab.strategies.correct_smooth import PRESETS, CSConfig, correct_and_smooth
-from sarlab.strategies.label_aug import label_input_mask, with_label_inputs
-from sarlab.strategies.mfg import PrunedGraph
-from sarlab.strategies.stale import StaleHalos
+from sarlab.strategies import registry
+from sarlab.strategies.hooks import Strategy, TrainView
 from sarlab.version import version_string
 
 LR_SCHEDULES = ("constant", "cosine")
@@ -45,6 +48,9 @@ class TrainConfig:
             (:mod:`sarlab.strategies.correct_smooth`) with these preset hyperparameters (``products``, ``arxiv``;
             empty: off); its accuracies go into the last epoch's record (``cs_train_acc``, ``cs_val_acc``,
             ``cs_test_acc``).
+        strategies: the configs of further training strategies (each an instance of a registered strategy's
+            ``config_type``, :mod:`sarlab.strategies.registry`); the built-in ones are switched on by the fields
+            above (and stale halos by ``EngineConfig.staleness``).
     """
 
     epochs: int = 10
@@ -56,6 +62,7 @@ class TrainConfig:
     mfg: bool = False
     label_aug: float = 0.0
     correct_smooth: str = ""
+    strategies: tuple = ()
 
     def __post_init__(self):
         if self.dtype not in DTYPES:
@@ -66,9 +73,8 @@ class TrainConfig:
         check_int("eval_every (0: never)", self.eval_every, 0)
         if self.lr_schedule not in LR_SCHEDULES:
             raise InputError(f"unknown learning-rate schedule {self.lr_schedule!r}: choose {', '.join(LR_SCHEDULES)}")
-        check_real("label augmentation rate", self.label_aug, 0.0, below=1.0)
-        if self.correct_smooth and self.correct_smooth not in PRESETS:
-            raise InputError(f"unknown Correct & Smooth preset {self.correct_smooth!r}: choose {', '.join(PRESETS)}")
+        object.__setattr__(self, "strategies", tuple(self.strategies))
+        registry.configure(self)  # each strategy's config checks its own settings
 
     def lr_at(self, epoch: int) -> float:
         """The learning rate of epoch ``epoch`` (0-based) under :attr:`lr_schedule`."""
@@ -78,82 +84,84 @@ class TrainConfig:
 
 
 class Trainer:
-    """One worker's training state: model, optimizer, its rows of features and labels.
+    """One worker's training state: model, optimizer, its rows of features and labels, its strategies' hooks.
 
     Args:
         graph: the worker's :class:`~sarlab.core.shards.ShardedGraph`.
         part: its partition (features, labels, splits).
-        model_cfg, train_cfg: the model and the optimisation (incl. MFG, label augmentation, C&S).
+        model_cfg, train_cfg: the model and the optimisation (with the strategies it switches on).
         cs_config: Correct & Smooth's hyperparameters (default: the preset ``train_cfg.correct_smooth`` names).
     """
 
     def __init__(self, graph, part: Partition, model_cfg: ModelConfig, train_cfg: TrainConfig,
-                 cs_config: CSConfig | None = None):
+                 cs_config=None):
         self.graph, self.part, self.train_cfg = graph, part, train_cfg
-        self.cs_config = cs_config or PRESETS.get(train_cfg.correct_smooth, PRESETS["products"])
+        given = () if cs_config is None else (cs_config,)
+        #: the switched-on strategies' hooks by name, in the order they are called
+        self.strategies: dict[str, Strategy] = registry.build(train_cfg, graph.config, model_cfg, given)
         dtype = DTYPES[train_cfg.dtype]
         a = part.arrays
         self.x = torch.from_numpy(a["features"]).to(dtype)
         self.y = torch.from_numpy(a["labels"]).long()
         self.masks = {k: torch.from_numpy(a[f"{k}_mask"]).bool() for k in ("train", "val", "test")}
-        in_dim = part.feature_dim + (part.num_classes if train_cfg.label_aug else 0)
-        self.model = GNN(model_cfg, in_dim, part.num_classes, num_relations=part.num_relations).to(dtype)
+        self.in_dim = part.feature_dim
+        for strategy in self.strategies.values():
+            self.in_dim = strategy.input_width(self.in_dim, part.num_classes)
+        self.model = GNN(model_cfg, self.in_dim, part.num_classes, num_relations=part.num_relations).to(dtype)
         self.params = [p for p in self.model.parameters()]
         self.opt = torch.optim.Adam(self.params, lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
         counts = torch.tensor([float(m.sum()) for m in self.masks.values()], dtype=torch.float64)
         self.global_counts = graph.all_reduce(counts)
-        self.plan = None
-        if train_cfg.mfg:
-            if model_cfg.batchnorm:
-                raise InputError("MFG pruning computes only the rows that reach a training node, but BatchNorm "
-                                 "normalises over every node: drop --batchnorm or --mfg")
-            self.plan = PrunedGraph(graph, self.masks["train"], model_cfg.layers)
-        staleness = getattr(graph.config, "staleness", 0)
-        if staleness and train_cfg.mfg:
-            raise InputError("--staleness caches every halo row of the whole graph, MFG pruning keeps only the rows "
-                             "that reach a training node: drop --staleness or --mfg")
-        # S = 0: no cache, the exact modes unchanged; S >= 1: training forwards aggregate stale halo rows
-        self.stale = StaleHalos(graph, staleness) if staleness else None
+        for strategy in self.strategies.values():
+            strategy.setup(self)
+
+    @property
+    def stale(self):
+        """The stale-halo caches (:class:`~sarlab.strategies.stale.StaleHalos`), or None without staleness."""
+        strategy = self.strategies.get("stale")
+        return None if strategy is None else strategy.halos
 
     def inputs(self, epoch: int, training: bool) -> torch.Tensor:
-        """The model's input rows: the features, with label augmentation the label columns appended (in
-        training the labels of this epoch's shown nodes, in evaluation those of every training node)."""
-        rate = self.train_cfg.label_aug
-        if not rate:
-            return self.x
-        train = self.masks["train"]
-        shown = label_input_mask(self.graph.orig_ids, train, rate, self.model.cfg.seed, epoch) if training else train
-        return with_label_inputs(self.x, self.y, self.part.num_classes, shown)
+        """The model's input rows: the features, as the strategies transform them (label augmentation appends the
+        label columns: in training the labels of this epoch's shown nodes, in evaluation those of every training
+        node)."""
+        x = self.x
+        for strategy in self.strategies.values():
+            x = strategy.inputs(self, x, epoch, training)
+        return x
 
     def loss_mask(self, epoch: int) -> torch.Tensor:
-        """The nodes the training loss of ``epoch`` is taken on: the training nodes whose label is not an input."""
-        train = self.masks["train"]
-        if not self.train_cfg.label_aug:
-            return train
-        return train & ~label_input_mask(self.graph.orig_ids, train, self.train_cfg.label_aug, self.model.cfg.seed,
-                                         epoch)
+        """The nodes the training loss of ``epoch`` is taken on: the training nodes the strategies keep (label
+        augmentation: those whose label is not an input)."""
+        mask = self.masks["train"]
+        for strategy in self.strategies.values():
+            mask = strategy.loss_mask(self, mask, epoch)
+        return mask
+
+    def train_view(self, epoch: int) -> TrainView:
+        """What the training forward of ``epoch`` runs on: the whole graph, or the strategies' view (stale halos,
+        MFG's pruned graph)."""
+        view, last = TrainView(self.graph), epoch == self.train_cfg.epochs - 1
+        for strategy in self.strategies.values():
+            view = strategy.train_view(self, view, epoch, last)
+        return view
 
     def forward_backward(self, epoch: int):
         """Training forward and backward; returns (logits, loss summed over workers, reduced grads).
 
         The loss is the cross-entropy summed over the loss nodes of all workers divided by their global count.
-        With MFG only the training rows are computed: the other rows of the returned logits are 0.
+        Where the training view computes only some rows (MFG) the other rows of the returned logits are 0.
         """
         self.model.train()
         x = self.inputs(epoch, training=True)
         mask = self.loss_mask(epoch)
-        if self.train_cfg.label_aug:
+        if mask is not self.masks["train"]:
             n_loss = float(self.graph.all_reduce(mask.sum().to(torch.float64).reshape(1))[0])
         else:
             n_loss = float(self.global_counts[0])
-        if self.plan is None:
-            graph = self.graph if self.stale is None else \
-                self.stale.view(epoch, last=epoch == self.train_cfg.epochs - 1)
-            logits = self.model(graph, x, epoch)
-            rows = None
-        else:
-            rows = self.plan.output_rows
-            logits = self.model(self.plan, x[self.plan.input_rows], epoch)
+        view = self.train_view(epoch)
+        rows = view.output_rows
+        logits = self.model(view.graph, x if view.input_rows is None else x[view.input_rows], epoch)
         mask_out, y_out = (mask, self.y) if rows is None else (mask[rows], self.y[rows])
         loss = torch.nn.functional.cross_entropy(logits[mask_out], y_out[mask_out], reduction="sum") / max(n_loss, 1.0)
         grads = torch.autograd.grad(loss, self.params, allow_unused=True)
@@ -176,13 +184,6 @@ class Trainer:
         self.model.eval()
         with torch.no_grad():
             return self.model(self.graph, self.inputs(epoch, training=False), epoch)
-
-    def correct_and_smooth(self, logits: torch.Tensor) -> tuple[torch.Tensor, tuple[float, float, float]]:
-        """C&S of the softmax of ``logits`` (this worker's rows): the smoothed predictions and their train,
-        validation and test accuracy over all workers."""
-        out = correct_and_smooth(self.graph, torch.softmax(logits.to(torch.float64), 1), self.y,
-                                 self.masks["train"], int(self.global_counts[0]), self.cs_config)
-        return out, self.accuracy(out)
 
     def accuracy(self, logits: torch.Tensor) -> tuple[float, float, float]:
         """Train, validation and test accuracy over all workers (NaN for an empty split)."""
@@ -244,8 +245,8 @@ class Trainer:
         return self.graph.all_reduce(full)
 
     def step(self, epoch: int, baseline: int) -> dict:
-        """One epoch: train step (timed, peak memory measured), then optional evaluation; after the last epoch
-        with ``correct_smooth``, C&S (its accuracies in ``cs_*_acc``, NaN in the other epochs' records)."""
+        """One epoch: train step (timed, peak memory measured), then optional evaluation; after the last epoch the
+        strategies' record fields (C&S: ``cs_*_acc``; NaN in the other epochs' records)."""
         comm = self.graph.comm
         for group in self.opt.param_groups:
             group["lr"] = self.train_cfg.lr_at(epoch)
@@ -266,31 +267,31 @@ class Trainer:
         every = self.train_cfg.eval_every
         last = epoch == self.train_cfg.epochs - 1
         eval_logits = None
-        if (every and (epoch + 1) % every == 0) or (last and self.train_cfg.correct_smooth):
+        if (every and (epoch + 1) % every == 0) or any(s.wants_eval(epoch, last) for s in self.strategies.values()):
             eval_logits = self.eval_logits(epoch)
             _, val_acc, test_acc = self.accuracy(eval_logits)
-        cs_acc = (float("nan"),) * 3
-        if last and self.train_cfg.correct_smooth:
-            cs_acc = self.correct_and_smooth(eval_logits)[1]
+        fields = registry.record_defaults()
+        if last:
+            for strategy in self.strategies.values():
+                fields.update(strategy.after_training(self, eval_logits))
         cfg = self.model.cfg
         return {
             "mode": self.graph.config.mode, "model": cfg.model, "workers": self.graph.world,
             "rank": self.graph.rank, "epoch": epoch, "epoch_time_s": epoch_time,
             "compute_s": epoch_time - stats[0], "comm_wait_s": stats[0], "bytes_sent": stats[1],
             "bytes_recv": stats[2], "peak_mem_bytes": peak, "baseline_mem_bytes": baseline, "loss": loss,
-            "train_acc": train_acc, "val_acc": val_acc, "test_acc": test_acc, "cs_train_acc": cs_acc[0],
-            "cs_val_acc": cs_acc[1], "cs_test_acc": cs_acc[2], "lr": self.train_cfg.lr_at(epoch),
+            "train_acc": train_acc, "val_acc": val_acc, "test_acc": test_acc, **fields,
+            "lr": self.train_cfg.lr_at(epoch),
         }
 
     def config_columns(self) -> dict:
+        """The configuration columns of this worker's records (the model's, the engine's, the strategies')."""
         cfg = self.model.cfg
         out = {k: v for k, v in asdict(cfg).items() if k != "seed"}
         out.update(prefetch=self.graph.config.prefetch, fused=self.graph.config.fused,
-                   staleness=getattr(self.graph.config, "staleness", 0),
                    dtype=self.train_cfg.dtype, threads=torch.get_num_threads(),
                    num_nodes=self.graph.num_nodes_global, feature_dim=self.part.feature_dim,
                    num_classes=self.part.num_classes, num_relations=self.part.num_relations,
-                   mfg=self.train_cfg.mfg, label_aug=self.train_cfg.label_aug,
-                   lr_schedule=self.train_cfg.lr_schedule, correct_smooth=self.train_cfg.correct_smooth,
+                   lr_schedule=self.train_cfg.lr_schedule, **registry.columns(self.strategies),
                    sarlab_version=version_string())  # which sarlab (and git commit, from a checkout) measured it
         return out
