@@ -11,7 +11,6 @@ import argparse
 import hashlib
 import logging
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from sarlab.data.validate_data import InputError
 from sarlab.nn.model import ModelConfig
 from sarlab.real.calibration.engine_runs import speed_probe
 from sarlab.real.commands.options import add_memory_arg, add_net_arg, write_json
+from sarlab.real.launch import outputs
 from sarlab.real.launch.jobs import Job
 from sarlab.real.launch.launcher import launch, preflight
 from sarlab.real.launch.lifecycle import interruptible
@@ -167,16 +167,15 @@ def write_markdown(summary: pd.DataFrame, rat: pd.DataFrame, path: str, title: s
              md_table(s[cols].sort_values(["label", "workers", "mode"]))]
     if len(rat):
         lines += ["", "Ratios measured side by side in this run:", "", md_table(rat.round(3))]
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    outputs.write_bytes(path, "\n".join(lines) + "\n")
 
 
 def keep_manifest(pdir: str, dest: str) -> None:
     """Copy a partition's manifest.json (its sizes, edges per shard and halo rows: a few KB) to
     ``dest/<partition dir name>.json``, so that `sarlab simulate --validate` of the records works on the
     exact partition in a clone without the partition cache."""
-    os.makedirs(dest, exist_ok=True)
-    shutil.copyfile(os.path.join(pdir, "manifest.json"), os.path.join(dest, os.path.basename(pdir) + ".json"))
+    with open(os.path.join(pdir, "manifest.json"), "rb") as f:
+        outputs.write_bytes(os.path.join(dest, os.path.basename(pdir) + ".json"), f.read())
 
 
 class _Prober:
@@ -251,7 +250,7 @@ def run_engine_bench(cfg: EngineBenchConfig, log: Callable[[str], None] = _log.i
                         records += _run_one(cfg, pdir, n, model_spec, mode_spec, prefetch, machine, prober, t_start,
                                             log, backend)
                     if progress_csv:
-                        pd.DataFrame(records).to_csv(progress_csv, index=False)
+                        outputs.write_csv(progress_csv, pd.DataFrame(records))
     return pd.DataFrame(records)
 
 
@@ -288,15 +287,16 @@ def write_outputs(records: pd.DataFrame, cfg: EngineBenchConfig, out: str, prefi
                   command: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Write the records, summary, ratios, figure and Markdown; returns (summary, ratios)."""
     os.makedirs(out, exist_ok=True)
-    records.to_csv(os.path.join(out, f"{prefix}.csv"), index=False)
+    outputs.write_csv(os.path.join(out, f"{prefix}.csv"), records)
     summary = summary_table(records)
-    summary.to_csv(os.path.join(out, f"{prefix}_summary.csv"), index=False)
+    outputs.write_csv(os.path.join(out, f"{prefix}_summary.csv"), summary)
     rat = ratios(summary)
-    rat.to_csv(os.path.join(out, f"{prefix}_ratios.csv"), index=False)
+    outputs.write_csv(os.path.join(out, f"{prefix}_ratios.csv"), rat)
     network = "loopback" if cfg.net == "loopback" else f"an emulated network ({cfg.net})"
     title = (f"measured on {cpu_model()} ({usable_cores()} cores), {today()}: {cfg.graph_spec}, "
              f"{cfg.layers} layers, hidden {cfg.hidden}, {' and '.join(cfg.backends)} on {network}")
-    plot_engine_bench(summary, os.path.join(out, f"{prefix}.png"), title)
+    with outputs.staged_file(os.path.join(out, f"{prefix}.png")) as png:
+        plot_engine_bench(summary, png, title)
     write_markdown(summary, rat, os.path.join(out, f"{prefix}.md"), title, command)
     return summary, rat
 
@@ -325,12 +325,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_memory_arg(p)
     p.add_argument("--backend", default="gloo", help="comma list of torch.distributed backends (gloo, ccl): each "
                    "configuration runs once per backend, alternating their order (default %(default)s)")
-    p.add_argument("--out", default=DEFAULT_OUT, help="output directory (default %(default)s, not committed; "
-                   "pass --out results to update the committed results)")
+    p.add_argument("--out", default=DEFAULT_OUT, help="output directory (default %(default)s, in sarlab's cache, "
+                   "replaced by every run; pass --out results to update the committed results)")
     p.add_argument("--prefix", default="engine_scaling", help="output file prefix (default %(default)s)")
     p.add_argument("--cache", default=full.cache, help="partition cache directory (default %(default)s)")
     p.add_argument("--timeout", type=float, default=600.0, help="per-wait timeout of workers (s)")
     p.add_argument("--json", help="write the summary rows here")
+    p.add_argument("--force", action="store_true", help="replace the files of --out/--prefix and --json when they "
+                   "exist and this command did not write them (in sarlab's cache, the default --out, it replaces "
+                   "them without)")
     p.add_argument("--probe", action="store_true",
                    help="run the simulator's speed probe (a fixed 1-worker GCN run, 10-30 s) before the first and "
                         "after every configuration and add its epoch time to the records (probe_* columns), so "
@@ -362,11 +365,26 @@ def config_from_args(a: argparse.Namespace) -> EngineBenchConfig:
     return cfg
 
 
+def check_outputs(a: argparse.Namespace) -> None:
+    """``--out``/``--prefix``, ``--cache`` and ``--json`` before anything runs: one
+    :class:`~sarlab.real.launch.outputs.OutputError` naming the option and the path."""
+    outputs.check_dir(a.out, "--out", a.force, writes=tuple(f"{a.prefix}{end}" for end in OUTPUT_ENDINGS))
+    outputs.check_file(os.path.join(a.out, f"{a.prefix}.csv"), f"--out {a.out!r} with --prefix", force=True)
+    outputs.check_dir(a.cache, "--cache")  # a partition cache: sarlab's own
+    if a.json:
+        outputs.check_file(a.json, "--json", a.force)
+
+
+#: what ``<out>/<prefix>`` gets: the records, summary, ratios, figure, Markdown and the partitions' manifests
+OUTPUT_ENDINGS = (".csv", "_summary.csv", "_ratios.csv", ".png", ".md", "_manifests/*.json")
+
+
 @interruptible
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[3:] if argv is None else argv)
     a = build_parser().parse_args(argv)
     cfg = config_from_args(a)
+    check_outputs(a)
     preflight(max(cfg.workers), a.net)
     os.makedirs(a.out, exist_ok=True)
     records = run_engine_bench(cfg, manifests=os.path.join(a.out, f"{a.prefix}_manifests"),

@@ -32,6 +32,7 @@ from sarlab.data.graphs import load_graph
 from sarlab.data.partition import is_partition_dir, partition
 from sarlab.nn.model import ModelConfig
 from sarlab.real.commands.options import progress
+from sarlab.real.launch import outputs
 from sarlab.real.launch.jobs import Job
 from sarlab.real.launch.launcher import LaunchError, WorkerError, launch
 from sarlab.real.launch.netspec import NetSpec
@@ -203,16 +204,15 @@ def write_outputs(records: pd.DataFrame, cfg: StrategiesConfig, out: str, comman
     """``OUT.csv`` (one row per run), ``OUT.records.csv`` (every metric record), ``OUT.md`` and ``OUT.png``."""
     table = run_table(records, cfg.target)
     summary = seed_summary(table)
-    os.makedirs(os.path.dirname(os.path.abspath(out)) or ".", exist_ok=True)
-    table.to_csv(out + ".csv", index=False)
+    outputs.write_csv(out + ".csv", table)
     slim = records[[c for c in (*METRIC_COLUMNS, *RECORD_EXTRAS) if c in records.columns]].copy()
     if "command" in slim.columns:  # once, not on every row
         slim["command"] = [slim.command.iloc[0]] + [""] * (len(slim) - 1)
-    slim.to_csv(out + ".records.csv", index=False)
+    outputs.write_csv(out + ".records.csv", slim)
     loads = table.load_1min
     reading = _kept_reading(out + ".md")
-    with open(out + ".md", "w") as f:
-        f.write(f"# Training strategies head to head ({today()})\n\n"
+    outputs.write_bytes(out + ".md", (
+                f"# Training strategies head to head ({today()})\n\n"
                 f"Graph `{cfg.graph}`, {cfg.workers} workers x {cfg.threads} thread(s), model {cfg.model.model} "
                 f"{cfg.model.layers} layers hidden {cfg.model.hidden}, Adam lr {cfg.lr}, {cfg.epochs} epochs, seeds "
                 f"{', '.join(map(str, cfg.seeds))}; target validation accuracy {cfg.target}.\n\n"
@@ -221,11 +221,10 @@ def write_outputs(records: pd.DataFrame, cfg: StrategiesConfig, out: str, comman
                 "times are indicative only; configurations were interleaved.\n\n"
                 f"Command: `{command}`\n\n"
                 "Mean ± standard deviation over seeds; time to target sums training epochs (evaluation excluded) "
-                "over the runs that reached it; peak memory is above each worker's baseline.\n\n")
-        f.write(_md_table(summary) + "\n")
-        if reading:
-            f.write("\n" + reading)
-    plot(summary, out + ".png")
+                "over the runs that reached it; peak memory is above each worker's baseline.\n\n"
+                + _md_table(summary) + "\n" + ("\n" + reading if reading else "")))
+    with outputs.staged_file(out + ".png") as png:
+        plot(summary, png)
     return summary
 
 
@@ -297,11 +296,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategies", default="sar,oneshot,sampling,stale-1,stale-2", help="which to run")
     p.add_argument("--threads", type=int, default=d.threads)
     p.add_argument("--cache", default=d.cache, help="partition cache directory")
-    p.add_argument("--out", required=True, help="output prefix: OUT.csv, OUT.records.csv, OUT.md, OUT.png")
+    p.add_argument("--out", required=True, help="output prefix: OUT.csv, OUT.records.csv, OUT.md, OUT.png (existing "
+                   "ones, --from-records' among them, are replaced only with --force; OUT.md keeps its reading)")
+    p.add_argument("--force", action="store_true", help="replace the OUT.* files when they exist")
     p.add_argument("--from-records", metavar="CSV",
                    help="run nothing: rewrite the outputs from a campaign's OUT.records.csv (e.g. with another "
                         "--target)")
     return p
+
+
+#: what ``--out OUT`` gets
+OUTPUT_ENDINGS = (".csv", ".records.csv", ".md", ".png")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -317,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"error: unknown strategies {unknown}: choose from {', '.join(chosen)}")
     strategies = tuple(chosen[n] for n in a.strategies.split(","))
+    for end in OUTPUT_ENDINGS:  # before anything runs
+        outputs.check_file(a.out + end, "--out", a.force)
     args = sys.argv[1:] if argv is None else argv
     command = "python -m sarlab.real.bench.head_to_head " + " ".join(shlex.quote(x) for x in args)
     if a.from_records:

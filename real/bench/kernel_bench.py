@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import os
 import statistics
 import sys
 import time
@@ -39,6 +40,7 @@ from sarlab.core.shards import ShardedGraph
 from sarlab.nn import GATConv
 from sarlab.real.bench.kernel_bench_plot import format_table, write_outputs
 from sarlab.real.commands.options import progress, write_json
+from sarlab.real.launch import outputs
 
 _log = logging.getLogger(__name__)
 
@@ -413,6 +415,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "committed results)")
     p.add_argument("--prefix", default="kernels", help="output file name prefix (default %(default)s)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the whole result as JSON")
+    p.add_argument("--force", action="store_true", help="replace <out>/<prefix>.csv, .png and --json when they exist "
+                   "and this command did not write them (in sarlab's cache, the default --out, it replaces them "
+                   "without)")
     p.add_argument("--nodes", type=int, default=None, help=f"node count (default {full.nodes:,})")
     p.add_argument("--degree", type=int, default=None, help=f"mean in-degree (default {full.degree})")
     p.add_argument("--heads", type=int, nargs="+", default=None, help=f"head counts (default {list(full.heads)})")
@@ -433,6 +438,10 @@ def main(argv: list[str] | None = None) -> int:
                               heads=None if a.heads is None else tuple(a.heads))
     except ValueError as err:
         parser.error(str(err))
+    outputs.check_dir(a.out, "--out", a.force, writes=(f"{a.prefix}.csv", f"{a.prefix}.png"))  # before measuring
+    outputs.check_file(os.path.join(a.out, f"{a.prefix}.csv"), f"--out {a.out!r} with --prefix", force=True)
+    if a.json:
+        outputs.check_file(a.json, "--json", a.force)
     result = run_kernel_bench(cfg, progress)
     for note in result["notes"]:
         progress(note)

@@ -5,11 +5,13 @@ Nothing here measures: the functions read the dict :func:`sarlab.real.bench.kern
 from __future__ import annotations
 
 import csv
+import io
 import os
 
 from sarlab.common.figures import plot_fig2
 from sarlab.common.machine import usable_cores
 from sarlab.common.tables import measured_banner
+from sarlab.real.launch import outputs
 
 CSV_COLUMNS = ("impl", "backend", "heads", "phase", "time_s", "peak_mem_bytes", "speedup_vs_pyg", "mem_ratio_vs_pyg",
                "min_bytes", "achieved_GBps", "bw_fraction", "nodes", "edges", "channels_per_head", "dtype", "reps",
@@ -38,12 +40,14 @@ def write_outputs(result: dict, out_dir: str, prefix: str = "kernels") -> list[s
     ``<prefix>.png`` (forward time, backward time and peak memory against heads); return their paths."""
     os.makedirs(out_dir, exist_ok=True)
     csv_path, png_path = os.path.join(out_dir, f"{prefix}.csv"), os.path.join(out_dir, f"{prefix}.png")
-    with open(csv_path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        for row in result["rows"]:
-            writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
-    plot_fig2(result["rows"], png_path, figure_banner(result), figure_title(result))
+    handle = io.StringIO(newline="")
+    writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+    writer.writeheader()
+    for row in result["rows"]:
+        writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
+    outputs.write_bytes(csv_path, handle.getvalue())  # atomically, as every output
+    with outputs.staged_file(png_path) as png:
+        plot_fig2(result["rows"], png, figure_banner(result), figure_title(result))
     return [csv_path, png_path]
 
 

@@ -40,7 +40,7 @@ import torch
 from sarlab.common.machine import cpu_model, today, usable_cores
 from sarlab.core.comm import check_backend
 from sarlab.real.commands.options import progress, write_json
-from sarlab.real.launch import netns
+from sarlab.real.launch import netns, outputs
 from sarlab.real.launch.launcher import stop_workers, worker_env
 from sarlab.real.launch.lifecycle import interruptible, signals_deferred, signals_raise
 from sarlab.real.launch.netspec import SPEC_HELP, NetSpec
@@ -149,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "prices runs of a backend with the link profile measured over it")
     p.add_argument("--out", help="write the link profile (JSON) here")
     p.add_argument("--json", help="same as --out (every command's machine-readable output)")
+    p.add_argument("--force", action="store_true", help="replace --out / --json when they exist and this command did "
+                   "not write them")
     return p
 
 
@@ -156,7 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     if a.seconds <= 0 or a.repeats < 1:
-        raise SystemExit("error: --seconds must be > 0 and --repeats >= 1")
+        print("error: --seconds must be > 0 and --repeats >= 1", file=sys.stderr)
+        return 2
+    for option, path in (("--out", a.out), ("--json", a.json)):  # before any network is built
+        if path:
+            outputs.check_file(path, option, a.force)
     try:
         result = measure_links(a.net, a.seconds, a.repeats, a.timeout, backend=a.backend)
     except RuntimeError as err:

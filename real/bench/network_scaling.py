@@ -28,6 +28,7 @@ from sarlab.common.paths import cache_dir
 from sarlab.common.records import summarize  # noqa: E402
 from sarlab.common.tables import md_table  # noqa: E402
 from sarlab.real.commands.options import progress  # noqa: E402
+from sarlab.real.launch import outputs  # noqa: E402
 from sarlab.real.launch.netspec import NetSpec, format_rate  # noqa: E402
 
 KEYS = ("label", "mode", "fused", "prefetch", "net", "workers")
@@ -98,15 +99,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(DEFAULT_OUT),
                    help="output prefix (default %(default)s, not committed; e.g. results/network_scaling)")
     p.add_argument("--title", default="measured: sarlab bench engine on emulated hosts (--net veth)")
+    p.add_argument("--force", action="store_true", help="replace OUT.csv, .md and .png when they exist and this "
+                   "command did not write them (in sarlab's cache, the default --out, it replaces them without)")
     a = p.parse_args(argv)
+    for end in (".csv", ".md", ".png"):  # before anything is read
+        outputs.check_file(Path(a.out).with_suffix(end), "--out", a.force)
     records = pd.concat([pd.read_csv(f) for f in a.records], ignore_index=True)
     progress(f"{len(records)} records from {len(a.records)} file(s)")
     table = summarize_network(records, a.warmup)
     out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out.with_suffix(".csv"), index=False)
-    out.with_suffix(".md").write_text(markdown(table))
-    plot(table, out.with_suffix(".png"), a.title)
+    outputs.write_csv(out.with_suffix(".csv"), table)
+    outputs.write_bytes(out.with_suffix(".md"), markdown(table))
+    with outputs.staged_file(out.with_suffix(".png")) as png:
+        plot(table, png, a.title)
     progress(f"wrote {out}.csv, .md, .png")
     below = table[table.epoch_over_bound < 1]
     if len(below):

@@ -10,6 +10,7 @@ from typing import Any
 
 from sarlab.real.calibration.calibrate import Calibration, calibrate, calibrate_backend
 from sarlab.real.commands.show import say, warn, write_json_file
+from sarlab.real.launch import outputs
 from sarlab.simulator.hardware.backends import BASE_BACKEND, overlay_to_json
 from sarlab.simulator.hardware.profile import Profile, save_profile
 from sarlab.simulator.hardware.provenance import LOCAL_PROFILE
@@ -26,7 +27,8 @@ def calibrate_parser() -> argparse.ArgumentParser:
         "JSON that `sarlab simulate` reads.",
     )
     p.add_argument("--out", default=str(LOCAL_PROFILE),
-                   help="profile JSON to write (default: %(default)s, which `sarlab simulate` uses by default)")
+                   help="profile JSON to write (default: %(default)s, in sarlab's cache, which `sarlab simulate` uses "
+                   "by default and every calibration replaces; another existing file needs --force)")
     p.add_argument("--quick", action="store_true",
                    help="small shapes, few repeats, no co-location: ~1 min by its step budget on a quiet machine; "
                    "10-11 min measured on the 2-core VM under a load of 20-25 (it warns when busy)")
@@ -51,7 +53,25 @@ def calibrate_parser() -> argparse.ArgumentParser:
                    "at --out as its backends.ccl overlay (nothing else in it changes; `sarlab simulate --backend ccl` "
                    "prices with it)")
     p.add_argument("--json", metavar="PATH", help="also write a machine-readable summary here")
+    p.add_argument("--force", action="store_true",
+                   help="replace --out, its .rejected.json companion or --json when they exist and this command did "
+                   "not write them (files in sarlab's cache, the default --out among them, are replaced without it)")
     return p
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """``--out`` (and its ``.rejected.json`` companion) and ``--json``, before anything is measured: one
+    :class:`~sarlab.real.launch.outputs.OutputError` naming the option and the path. ``--backend NAME`` edits the
+    profile at ``--out`` in place, so that file must be one it can replace."""
+    if args.backend == BASE_BACKEND:
+        outputs.check_file(args.out, "--out", args.force, suffixes=(".json",))
+        out = Path(args.out)
+        outputs.check_file(out.with_name(out.stem + ".rejected.json"), f"--out {args.out!r}: its companion",
+                           args.force)
+    else:
+        outputs.check_file(args.out, "--out", force=True, suffixes=(".json",))  # a profile this command edits
+    if args.json:
+        outputs.check_file(args.json, "--json", args.force)
 
 
 def add_backend_overlay(path: Path, backend: str, overlay: dict[str, Any]) -> Path:
@@ -60,7 +80,7 @@ def add_backend_overlay(path: Path, backend: str, overlay: dict[str, Any]) -> Pa
     data = json.loads(path.read_text())
     data.setdefault("backends", {})[backend] = overlay_to_json(overlay)
     Profile.from_json(json.loads(json.dumps(data)))  # it must still load
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    outputs.write_bytes(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
     return path
 
 
@@ -106,6 +126,7 @@ def calibrate_main(argv: list[str] | None = None) -> int:
     the calibration is implausible and not accepted; it is then written beside ``--out`` as
     ``<stem>.rejected.json``)."""
     args = calibrate_parser().parse_args(argv)
+    check_outputs(args)  # before anything is measured
     cal = Calibration(
         quick=args.quick,
         network=not args.no_network,
@@ -130,7 +151,9 @@ def calibrate_main(argv: list[str] | None = None) -> int:
               f"pass --accept-implausible; the measured profile is in {out}", file=sys.stderr)  # fmt: skip
     for line in profile.meta.get("compute_scale_flag", []):
         warn(f"{line} (written all the same: the scale absorbs it, but applies it to every op family)")
-    path = save_profile(profile, out)
+    with outputs.staged_file(out) as tmp:  # written whole or not at all
+        save_profile(profile, tmp)
+    path = out
     say(f"wrote {path}")
     if args.json:
         write_json_file(args.json, {"profile_path": str(path), "profile": profile.to_json(),

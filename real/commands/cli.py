@@ -137,18 +137,15 @@ def _run_command(argv: list[str]) -> int:
 
 
 def _check_json_option(args: list[str]) -> None:
-    """Every command's ``--json PATH`` is a path a file system can hold, not a directory, in a writable folder
-    (before any work; a command that owns its outputs also refuses to replace an existing file without --force)."""
-    from sarlab.data import staging
-    from sarlab.data.validate_data import InputError
+    """Every command's ``--json PATH`` is a path a file system can hold, not a directory or a link, in a writable
+    folder (before any work; each command also refuses to replace an existing file it did not write without
+    ``--force``: :func:`sarlab.real.launch.outputs.check_file`)."""
+    from sarlab.real.launch import outputs
 
     for i, arg in enumerate(args):
         path = args[i + 1] if arg == "--json" and i + 1 < len(args) else arg[7:] if arg.startswith("--json=") else None
         if path:
-            staging.check_path(path, "--json")
-            if os.path.isdir(path):
-                raise InputError(f"--json {path!r} is a directory; give a file path")
-            staging.probe_writable(os.path.dirname(os.path.abspath(path)), f"--json {path!r}")
+            outputs.check_file(path, "--json", force=True)
 
 
 if __name__ == "__main__":

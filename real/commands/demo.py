@@ -25,6 +25,7 @@ from sarlab.data.graphs import load_graph
 from sarlab.data.partition import partition
 from sarlab.nn.model import ModelConfig
 from sarlab.real.commands.options import write_json
+from sarlab.real.launch import outputs
 from sarlab.real.launch.jobs import Job
 from sarlab.real.launch.launcher import launch
 from sarlab.training.trainer import TrainConfig
@@ -40,8 +41,12 @@ WHY_ONESHOT_IS_CLOSE = (
     "`sarlab reproduce`; `sarlab profile` shows where the memory goes).")
 
 
-def run_demo(workers: int = 4, epochs: int = 3, json_path: str | None = None) -> int:
-    """Train the demo's runs (SAR at 1, 2, ..., ``workers``; oneshot at ``workers``), print the table; 0 on success."""
+def run_demo(workers: int = 4, epochs: int = 3, json_path: str | None = None, force: bool = False) -> int:
+    """Train the demo's runs (SAR at 1, 2, ..., ``workers``; oneshot at ``workers``), print the table; 0 on success.
+    ``json_path`` (the records) is checked before anything trains: an existing file is replaced only with
+    ``force`` (:func:`sarlab.real.launch.outputs.check_file`)."""
+    if json_path:
+        outputs.check_file(json_path, "--json", force)
     t0 = time.perf_counter()
     runs = [("sar", n) for n in _doublings(workers)] + [("oneshot", workers)]
     tmp = tempfile.mkdtemp(prefix="sarlab-demo-")
@@ -131,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=3, help="epochs per run (default %(default)s; the first is "
                    "warm-up and not summarised)")
     p.add_argument("--json", help="write the metric records here")
+    p.add_argument("--force", action="store_true", help="replace --json when it exists and this command did not "
+                   "write it")
     return p
 
 
@@ -139,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.workers < 2 or a.epochs < 2:
         print("error: --workers and --epochs must be >= 2 (the first epoch is warm-up)", file=sys.stderr)
         return 2
-    return run_demo(workers=a.workers, epochs=a.epochs, json_path=a.json)
+    return run_demo(workers=a.workers, epochs=a.epochs, json_path=a.json, force=a.force)
 
 
 if __name__ == "__main__":

@@ -7,15 +7,14 @@ and writes ``--json`` output with :func:`write_json`. Nothing here starts work.
 from __future__ import annotations
 
 import argparse
-import json
 
 from sarlab.core.config import EngineConfig, SamplingConfig, parse_fanouts
 from sarlab.core.memory import METHODS as MEMORY_METHODS
 from sarlab.data.validate_data import InputError
 from sarlab.nn.model import ModelConfig
+from sarlab.real.launch import outputs
 from sarlab.real.launch.netspec import SPEC_HELP, NetSpec
 from sarlab.real.launch.prepare import load_source, prepare_partition, progress  # noqa: F401 (the commands' names)
-from sarlab.training.checkpoint import atomic_write
 
 EPILOG = ("Graph specs: synthetic:nodes=100000,degree=20,features=64,classes=16,seed=0 | npz:PATH | "
           "planetoid:cora | planetoid:citeseer (shipped, public split) | "
@@ -25,11 +24,10 @@ MODEL_DEFAULTS = {"model": "sage", "layers": 2, "hidden": 64, "aggr": "mean", "h
 
 
 def write_json(path: str | None, payload) -> None:
-    """Write ``payload`` as JSON to ``path`` atomically (:func:`sarlab.training.checkpoint.atomic_write`); nothing
-    when ``path`` is empty."""
+    """Write ``payload`` as JSON to ``path`` atomically (:func:`sarlab.real.launch.outputs.write_json_atomic`);
+    nothing when ``path`` is empty."""
     if path:
-        text = json.dumps(payload, indent=1, default=str)
-        atomic_write(path, lambda f: f.write(text.encode()))
+        outputs.write_json_atomic(path, payload)
 
 
 def add_model_args(p: argparse.ArgumentParser, defaults: dict | None = None) -> None:

@@ -15,6 +15,7 @@ import argparse
 import textwrap
 
 from sarlab.real.commands.options import EPILOG, progress, write_json
+from sarlab.real.launch import outputs
 from sarlab.simulator import api
 from sarlab.simulator.strategies.predictor import STRATEGIES
 
@@ -63,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "latency price the exchanges")
     p.add_argument("--top", type=int, default=15, help="rows of the table printed (default %(default)s)")
     p.add_argument("--json", metavar="PATH", help="write every candidate, the picks and the prices here")
+    p.add_argument("--force", action="store_true", help="replace --json when it exists and this command did not "
+                   "write it")
     return p
 
 
@@ -89,6 +92,8 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
+    if a.json:
+        outputs.check_file(a.json, "--json", a.force)  # before anything is partitioned or priced
     result = plan(a)
     rows = sorted(result["candidates"], key=lambda r: (not r["fits"], -r["value"]))
     print(f"{len(rows)} candidates for {result['model']} x {result['epochs']} epochs on {a.graph} "

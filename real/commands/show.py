@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sarlab.real.launch import outputs
+
 
 def say(line: str) -> None:
     """A result line on stdout."""
@@ -19,10 +21,10 @@ def warn(line: str) -> None:
 
 
 def write_json_file(path: str, payload: dict[str, Any]) -> None:
-    """``payload`` as indented JSON at ``path`` (parents created), then say so."""
+    """``payload`` as indented JSON at ``path`` (parents created; atomically:
+    :func:`sarlab.real.launch.outputs.write_bytes`), then say so."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(payload, indent=1, default=json_default) + "\n")
+    outputs.write_bytes(target, json.dumps(payload, indent=1, default=json_default) + "\n")
     say(f"wrote {target}")
 
 

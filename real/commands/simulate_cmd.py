@@ -17,6 +17,7 @@ import pandas as pd
 
 from sarlab.common.paths import cache_dir
 from sarlab.real.commands.show import say, warn, write_json_file
+from sarlab.real.launch import outputs
 from sarlab.simulator import api
 from sarlab.simulator.api import MODEL_DEFAULTS  # ``sarlab train``'s model defaults, mirrored by the simulator
 from sarlab.simulator.calibration.measured import machine_mismatch, read_records
@@ -107,13 +108,15 @@ def simulate_parser() -> argparse.ArgumentParser:
     p.add_argument("--network", default="reserve", choices=("reserve", "simpy"),
                    help="NIC channel implementation (default: %(default)s)")
     p.add_argument("--out", metavar="CSV", help="write the per-rank records (metric-record columns) here")
-    p.add_argument("--plots", metavar="DIR", help="write Gantt and memory PNGs (and a scaling plot) into DIR")
+    p.add_argument("--plots", metavar="DIR", help="write Gantt and memory PNGs (and a scaling plot) into DIR "
+                   "(simulator_gantt_*.png, simulator_memory_*.png, simulator_scaling.png)")
     p.add_argument("--plot-limit", type=int, default=3, help="Gantt/memory plots for at most this many configs")
     p.add_argument("--validate", metavar="RECORDS", nargs="+",
                    help="compare with real records (CSV / JSON lines from `sarlab bench engine`; several files "
                    "are joined)")
     p.add_argument("--validation-out", default=str(cache_dir("simulator_validation.csv")),
-                   help="validation table (default: %(default)s); its PNG is written beside it")
+                   help="validation table (default: %(default)s, in sarlab's cache, replaced by every --validate); "
+                   "its PNG and the backend ratios' CSV are written beside it")
     p.add_argument("--warmup", type=int, default=1, help="validation: epochs before this one are warm-up")
     p.add_argument("--drift", choices=("none", "probe", "auto"), default="none",
                    help="validation: which prediction is the primary one: 'none' the profile's own compute_scale, "
@@ -123,7 +126,39 @@ def simulate_parser() -> argparse.ArgumentParser:
                    "graph: where small shards run relatively slower, as on the 2026-11-26 Xeon VM, it priced worse "
                    "than the profile's size curve (results/backends.md)")
     p.add_argument("--json", metavar="PATH", help="write machine-readable output here")
+    p.add_argument("--force", action="store_true",
+                   help="replace output files that already exist and this command did not write (files in sarlab's "
+                   "cache, such as the default --validation-out, are replaced without it)")
     return p
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Every output path of the flags, before any work (:mod:`sarlab.real.launch.outputs`): one
+    :class:`~sarlab.real.launch.outputs.OutputError` naming the option and the path."""
+    force = args.force
+    if args.validate:
+        out = Path(args.validation_out)
+        outputs.check_file(out, "--validation-out", force, suffixes=(".csv",))
+        for sibling in (out.with_suffix(".png"), out.with_name(f"{out.stem}_backend_ratios.csv")):
+            outputs.check_file(sibling, f"--validation-out {args.validation_out!r}: its companion", force)
+    else:
+        if args.out:
+            outputs.check_file(args.out, "--out", force)
+        if args.plots:
+            outputs.check_dir(args.plots, "--plots", force, writes=PLOT_FILES)
+    if args.json:
+        outputs.check_file(args.json, "--json", force)
+
+
+#: the files ``--plots DIR`` writes
+PLOT_FILES = ("simulator_gantt_*.png", "simulator_memory_*.png", "simulator_scaling.png")
+
+
+def _drawn(draw, path: Path, data, title: str) -> Path:
+    """``draw(data, path, title)`` into ``path`` atomically (:func:`sarlab.real.launch.outputs.staged_file`)."""
+    with outputs.staged_file(path) as tmp:
+        draw(data, tmp, title)
+    return path
 
 
 def base_model(args: argparse.Namespace) -> ModelSpec:
@@ -136,6 +171,7 @@ def base_model(args: argparse.Namespace) -> ModelSpec:
 def simulate_main(argv: list[str] | None = None) -> int:
     """``sarlab simulate``: sweep or validate. Returns the exit status."""
     args = simulate_parser().parse_args(argv)
+    check_outputs(args)  # before anything is priced
     try:
         profile, source = resolve_profile(args.profile)
     except (FileNotFoundError, ValueError) as err:
@@ -204,18 +240,18 @@ def _predict(args: argparse.Namespace, profile: Profile, source: str, links: lis
         say(line)
     say(f"{len(items)} configurations, {events:,} events in {wall:.2f}s ({events / max(wall, 1e-9):,.0f} events/s)")
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        df.to_csv(args.out, index=False)
+        outputs.write_csv(args.out, df)
         say(f"wrote {args.out}")
     if args.plots:
         outdir = Path(args.plots)
         for it in items[: max(args.plot_limit, 0)]:  # re-simulated with traces (same result, more bookkeeping)
             traced = simulate_epoch(it.stats, it.model, replace(it.run, trace=True), profile)
             title = f"{it.model.label()} {it.mode}, {it.workers} workers ({it.stats.graph}, {profile.name})"
-            say(f"wrote {gantt(traced, outdir / f'simulator_gantt_{it.key()}.png', title)}")
-            say(f"wrote {memory_plot(traced, outdir / f'simulator_memory_{it.key()}.png', title)}")
+            say(f"wrote {_drawn(gantt, outdir / f'simulator_gantt_{it.key()}.png', traced, title)}")
+            say(f"wrote {_drawn(memory_plot, outdir / f'simulator_memory_{it.key()}.png', traced, title)}")
         if len(workers) > 1:
-            scaling = scaling_plot(summary, outdir / "simulator_scaling.png", f"{args.graph} ({profile.name})")
+            scaling = _drawn(scaling_plot, outdir / "simulator_scaling.png", summary,
+                             f"{args.graph} ({profile.name})")
             say(f"wrote {scaling}")
     if args.json:
         write_json_file(
@@ -257,12 +293,11 @@ def _validate(args: argparse.Namespace, profile: Profile, links: list) -> int:
         return 2
     errors = error_summary(table)
     out = Path(args.validation_out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out, index=False)
-    png = validation_plot(table, out.with_suffix(".png"), f"simulator vs measured ({profile.name})")
+    outputs.write_csv(out, table)
+    png = _drawn(validation_plot, out.with_suffix(".png"), table, f"simulator vs measured ({profile.name})")
     ratios = backend_ratios(table)
     if len(ratios):
-        ratios.to_csv(out.with_name(f"{out.stem}_backend_ratios.csv"), index=False)
+        outputs.write_csv(out.with_name(f"{out.stem}_backend_ratios.csv"), ratios)
     say(markdown_table(table))
     say(
         f"median |error|: time {errors['median_abs_time_error']:.1%}, "

@@ -7,6 +7,8 @@ are kept in a fallback directory that the error names.
 """
 from __future__ import annotations
 
+import contextlib
+import fnmatch
 import json
 import logging
 import os
@@ -15,6 +17,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
+from sarlab.common.paths import cache_root
 from sarlab.data import staging
 from sarlab.data.validate_data import InputError
 from sarlab.real.launch.jobs import Fault
@@ -45,25 +48,203 @@ def check_output_file(path: str, kind: str, force: bool = False) -> None:
     only with ``force``; sarlab's own files: see :func:`sarlab.training.checkpoint.check_target`) and its folder is
     writable."""
     what = OPTION[kind]
-    if not isinstance(path, str) or not path:
-        raise OutputError(f"{what} needs a file path, got {path!r}")
-    try:
-        staging.check_path(path, what)
-    except InputError as err:
-        raise OutputError(str(err)) from None
+    if kind == "json":
+        check_file(path, what, force, suffixes=SUFFIXES[kind])
+        return
+    _checked_path(path, what)
     if not path.endswith(SUFFIXES[kind]):
         raise OutputError(f"{what} {path!r}: the file must end in {' or '.join(SUFFIXES[kind])}")
     if os.path.isdir(path):
         raise OutputError(f"{what} {path!r} is a directory; give a file path")
-    if kind == "json":
-        if os.path.islink(path):
-            raise OutputError(f"{what} {path!r} is a link; give a file path")
-        if os.path.exists(path) and not force:
-            raise OutputError(f"{what} {path!r} already exists and this run did not write it; pass --force "
-                              "(force=True) to replace it, or choose another path")
-    else:
-        checkpoint.check_target(path, kind, force)
+    checkpoint.check_target(path, kind, force)
     _probe_dir(os.path.dirname(os.path.abspath(path)), f"{what} {path!r}")
+
+
+def _checked_path(path, what: str) -> str:
+    if not isinstance(path, str | os.PathLike) or not os.fspath(path):
+        raise OutputError(f"{what} needs a path, got {path!r}")
+    try:
+        return staging.check_path(path, what)
+    except InputError as err:
+        raise OutputError(str(err)) from None
+
+
+#: the cache's list of the files sarlab wrote (one JSON line each: real path, device, inode, size, mtime)
+LEDGER = "outputs-written.jsonl"
+#: a ledger over this many bytes is rewritten with only the entries whose files are still as sarlab wrote them
+LEDGER_LIMIT = 1 << 18
+
+
+def _identity(path: str) -> list[int]:
+    st = os.stat(path)
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def _ledger_entries(ledger: str) -> list[dict]:
+    try:
+        with open(ledger) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    entries = []
+    for line in lines:
+        try:
+            entries.append(json.loads(line))
+        except ValueError:
+            continue
+    return entries
+
+
+def record_written(path) -> None:
+    """Note in the cache's :data:`LEDGER` that sarlab wrote ``path`` as it is now (a later run may replace it without
+    ``--force`` while it stays so: :func:`sarlab_wrote`). Best effort: a cache that cannot be written is logged."""
+    ledger = os.path.join(cache_root(), LEDGER)
+    try:
+        full = os.path.realpath(os.fspath(path))
+        line = json.dumps({"path": full, "id": _identity(full)}) + "\n"
+        os.makedirs(os.path.dirname(ledger), exist_ok=True)
+        fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())  # one short append: whole even with other processes appending
+        finally:
+            os.close(fd)
+        if os.path.getsize(ledger) > LEDGER_LIMIT:
+            kept = [e for e in _ledger_entries(ledger) if _still(e)]
+            text = "".join(json.dumps(e) + "\n" for e in {e["path"]: e for e in kept}.values())
+            atomic_write(ledger, lambda f: f.write(text.encode()))
+    except (OSError, TypeError, KeyError) as err:
+        _log.debug("could not note %s in %s: %s", path, ledger, err)
+
+
+def _still(entry: dict) -> bool:
+    try:
+        return _identity(entry["path"]) == entry["id"]
+    except (OSError, KeyError, TypeError):
+        return False
+
+
+def sarlab_wrote(path) -> bool:
+    """Whether sarlab wrote ``path`` (:func:`record_written`) and nobody changed it since (same device, inode, size
+    and modification time)."""
+    try:
+        full = os.path.realpath(os.fspath(path))
+        identity = _identity(full)
+    except OSError:
+        return False
+    ledger = os.path.join(cache_root(), LEDGER)
+    return any(e.get("path") == full and e.get("id") == identity for e in _ledger_entries(ledger))
+
+
+def is_own(path) -> bool:
+    """An existing output file a command may replace without ``--force``: one in sarlab's cache (:func:`in_cache`)
+    or one sarlab wrote and nobody changed since (:func:`sarlab_wrote`)."""
+    return in_cache(path) or sarlab_wrote(path)
+
+
+def in_cache(path) -> bool:
+    """Whether ``path`` lies in sarlab's cache (:func:`sarlab.common.paths.cache_dir`), where the default outputs of
+    ``calibrate``, ``simulate --validate``, ``bench`` and ``reproduce`` land: the command that writes such a file may
+    replace it without ``--force``."""
+    root = os.path.realpath(cache_root())
+    return os.path.realpath(os.path.abspath(os.fspath(path))).startswith(root + os.sep)
+
+
+def check_file(path, what: str, force: bool = False, *, own: bool | None = None, suffixes: tuple[str, ...] = (),
+               nbytes: int = 0) -> str:
+    """Before any compute: one output file of a command; returns it absolute.
+
+    Refused (:class:`OutputError`, one line naming ``what`` and the path): a path no file system can hold (a name
+    over 255 bytes, a path over 4095, a loop of links: :func:`sarlab.data.staging.check_path`), a suffix not in
+    ``suffixes``, a directory or a link, an existing file without ``force`` unless ``own``, a folder that cannot be
+    written, less free space than ``nbytes``.
+
+    Args:
+        path: the output file. what: the option it came from (``--out``), for the message.
+        force: replace an existing file (``--force``, ``force=True``).
+        own: the file is sarlab's own (one a manifest lists); None: :func:`is_own` (in the cache, or written by
+            sarlab and unchanged since).
+        suffixes: the endings it may have (none: any). nbytes: bytes that will be written, where known.
+    """
+    full = _checked_path(path, what)
+    path = os.fspath(path)
+    if suffixes and not path.endswith(tuple(suffixes)):
+        raise OutputError(f"{what} {path!r}: the file must end in {' or '.join(suffixes)}")
+    if os.path.isdir(path):
+        raise OutputError(f"{what} {path!r} is a directory; give a file path")
+    if os.path.islink(path):
+        raise OutputError(f"{what} {path!r} is a link; give a file path")
+    if os.path.exists(path) and not force and not (is_own(path) if own is None else own):
+        raise OutputError(f"{what} {path!r} already exists and this run did not write it; pass --force "
+                          "(force=True) to replace it, or choose another path")
+    _probe_dir(os.path.dirname(full), f"{what} {path!r}")
+    if nbytes > 0:
+        check_free_space([(full, nbytes, what)])
+    return full
+
+
+def check_dir(path, what: str, force: bool = False, *, writes: tuple[str, ...] = (), own: bool | None = None) -> str:
+    """Before any compute: a command's output directory (new or existing); returns it absolute.
+
+    Refused as :func:`check_file` refuses a file (a file or a link where the directory must be, a folder that cannot
+    be written), and, without ``force`` unless ``own`` (None: the directory is in the cache), a directory that
+    already holds a file the command would write and sarlab did not (:func:`sarlab_wrote`): ``writes`` are
+    :mod:`fnmatch` patterns of those names, relative to the directory (``rank*.bin``, ``sar/*``).
+    """
+    full = _checked_path(path, what)
+    path = os.fspath(path)
+    if os.path.islink(path) and not os.path.isdir(path):
+        raise OutputError(f"{what} {path!r} is a link to nothing; give a directory path")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise OutputError(f"{what} {path!r} is a file; give a directory path")
+    _probe_dir(full, f"{what} {path!r}")
+    if writes and os.path.isdir(full) and not force and not (in_cache(full) if own is None else own):
+        found = sorted(f for f in existing_matches(full, writes) if not sarlab_wrote(os.path.join(full, f)))
+        if found:
+            raise OutputError(f"{what} {path!r} already holds {', '.join(found[:3])}"
+                              f"{f' and {len(found) - 3} more' if len(found) > 3 else ''}, which this command "
+                              "would replace and did not write; pass --force (force=True) to replace them, or "
+                              "choose another directory")
+    return full
+
+
+def existing_matches(directory: str, patterns: tuple[str, ...]) -> list[str]:
+    """The files under ``directory`` (names relative to it, one level of sub-folders) matching ``patterns``."""
+    names = []
+    for entry in os.listdir(directory):
+        full = os.path.join(directory, entry)
+        if os.path.isdir(full) and not os.path.islink(full):
+            names += [f"{entry}/{sub}" for sub in os.listdir(full)]
+        else:
+            names.append(entry)
+    return [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+
+
+def write_bytes(path, data: bytes | str) -> None:
+    """``data`` into ``path`` atomically (:func:`sarlab.training.checkpoint.atomic_write`), noted as sarlab's
+    (:func:`record_written`)."""
+    blob = data.encode() if isinstance(data, str) else data
+    atomic_write(os.fspath(path), lambda f: f.write(blob))
+    record_written(path)
+
+
+def write_csv(path, frame) -> None:
+    """A DataFrame as CSV (no index) into ``path`` atomically."""
+    write_bytes(path, frame.to_csv(index=False))
+
+
+@contextlib.contextmanager
+def staged_file(path):
+    """``with staged_file(target) as tmp: draw(tmp)``: a writer that takes a path (a figure's ``savefig``) writes
+    ``tmp`` (same name, in a private ``sarlab-out-<pid>-*`` folder), which is then copied over ``target``
+    atomically; on any failure ``target`` is left as it was."""
+    folder = staging.staging_dir(tempfile.gettempdir(), "sarlab-out-")  # swept once this process is gone
+    try:
+        tmp = os.path.join(folder, os.path.basename(os.fspath(path)))
+        yield tmp
+        _copy_atomic(tmp, os.fspath(path))
+        record_written(path)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def check_free_space(needs: list[tuple[str | None, int, str]], margin: float = 1.1) -> None:
@@ -158,8 +339,7 @@ def _copy_atomic(src: str, dst: str) -> None:
 
 def write_json_atomic(path: str, payload) -> None:
     """Write ``payload`` as JSON to ``path``: a unique temporary name beside it, fsync, rename; removed on failure."""
-    text = json.dumps(payload, indent=1, default=str)
-    atomic_write(path, lambda f: f.write(text.encode()))
+    write_bytes(path, json.dumps(payload, indent=1, default=str))
 
 
 def fallback_dir() -> str:

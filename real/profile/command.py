@@ -28,6 +28,7 @@ from sarlab.real.commands.options import (
     progress,
     write_json,
 )
+from sarlab.real.launch import outputs
 from sarlab.real.launch.launcher import LaunchError, WorkerError, preflight
 from sarlab.real.launch.lifecycle import interruptible
 from sarlab.real.profile.report import side_by_side
@@ -55,9 +56,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", default="metis", choices=["metis", "random"], help="partitioning method")
     p.add_argument("--top", type=int, default=10, help="allocation sites listed per rank (default %(default)s)")
     p.add_argument("--no-flamegraph", action="store_true", help="skip the HTML flamegraphs")
-    p.add_argument("--out", required=True, help="output directory (<mode>/rank{r}.* and report.md/.html)")
+    p.add_argument("--out", required=True, help="output directory (<mode>/rank{r}.* and report.md/.html); one that "
+                   "already holds these files is refused without --force")
     p.add_argument("--json", help="write peaks, categories and top sites per rank here")
+    p.add_argument("--force", action="store_true", help="replace the files of --out and --json when they exist and "
+                   "this command did not write them")
     return p
+
+
+#: what ``--out DIR`` gets: the report, its figures, and per mode each rank's capture, summary and flamegraph
+OUTPUT_FILES = ("report.md", "report.html", "report_*.png", "*/rank*.bin", "*/rank*_summary.md",
+                "*/rank*_flamegraph.html")
+
+
+def check_outputs(a: argparse.Namespace) -> None:
+    """``--out`` and ``--json`` before anything is partitioned or trained: one
+    :class:`~sarlab.real.launch.outputs.OutputError` naming the option and the path."""
+    outputs.check_dir(a.out, "--out", a.force, writes=OUTPUT_FILES)
+    if a.json:
+        outputs.check_file(a.json, "--json", a.force)
 
 
 def parse_modes(text: str) -> list[str]:
@@ -74,6 +91,7 @@ def parse_modes(text: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """``sarlab profile``: run, analyse, report; 0 on success, 1 with a message on failure."""
     a = build_parser().parse_args(argv)
+    check_outputs(a)
     tmp = None
     try:
         if a.workers < 1 or a.epochs < 1:

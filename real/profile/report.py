@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 from matplotlib.figure import Figure  # no pyplot: the caller's backend (e.g. a notebook's) stays as it is
 
+from sarlab.real.launch import outputs
 from sarlab.real.profile.attribution import CATEGORIES, HEADING_OF_TAG, RankProfile
 
 NOTE_MEASURES = ("memray counts heap allocations (malloc/mmap calls made while tracking, from after set-up "
@@ -90,11 +91,8 @@ def largest(prof: RankProfile) -> str:
 
 
 def write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (write, then rename)."""
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    """Write ``text`` to ``path`` atomically (:func:`sarlab.real.launch.outputs.write_bytes`)."""
+    outputs.write_bytes(path, text)
 
 
 # --- one rank ---------------------------------------------------------------------------------------
@@ -274,7 +272,8 @@ def plot_figures(result: ProfileResult, out_dir: str) -> list[str]:
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     paths.append(os.path.join(out_dir, "report_categories.png"))
-    fig.savefig(paths[-1], dpi=100)
+    with outputs.staged_file(paths[-1]) as png:
+        fig.savefig(png, dpi=100)
 
     fig = Figure(figsize=(7.0, 3.5))
     ax = fig.subplots()
@@ -288,7 +287,8 @@ def plot_figures(result: ProfileResult, out_dir: str) -> list[str]:
     ax.legend(fontsize=8)
     fig.tight_layout()
     paths.append(os.path.join(out_dir, "report_timeline.png"))
-    fig.savefig(paths[-1], dpi=100)
+    with outputs.staged_file(paths[-1]) as png:
+        fig.savefig(png, dpi=100)
     return paths
 
 

@@ -14,6 +14,7 @@ from dataclasses import asdict, replace
 
 from sarlab.core.config import MODES, EngineConfig
 from sarlab.nn.model import ModelConfig
+from sarlab.real.launch import outputs
 from sarlab.real.launch.jobs import Job
 from sarlab.real.launch.launcher import launch
 from sarlab.real.launch.netspec import NetSpec
@@ -84,7 +85,9 @@ def run_profile(partition_dir: str, workers: int, modes: Sequence[str], model: M
             prof = analyze_capture(capture, mode, rank, top)
             prof.vmhwm_bytes = vmhwm.get(rank)
             if flamegraphs:
-                prof.flamegraph = write_flamegraph(capture, os.path.join(mode_dir, f"rank{rank}_flamegraph.html"))
+                prof.flamegraph = os.path.join(mode_dir, f"rank{rank}_flamegraph.html")
+                with outputs.staged_file(prof.flamegraph) as html:  # whole or not at all
+                    write_flamegraph(capture, html)
             prof.summary = os.path.join(mode_dir, f"rank{rank}_summary.md")
             write_text(prof.summary, rank_summary_markdown(prof))
             progress(f"[{mode}] rank {rank}: memray peak {fmt_bytes(prof.peak_bytes)}, VmHWM - baseline "

@@ -49,6 +49,8 @@ from typing import Any
 
 from sarlab.common.paths import cache_dir
 from sarlab.common.tables import SIMULATED, SMOKE_MARK
+from sarlab.data import staging
+from sarlab.real.launch import outputs
 from sarlab.real.reproduce.reproduce_plan import STEPS, build_plan, select_steps, unit_outputs
 from sarlab.real.reproduce.reproduce_units import Log, run_fig2, run_measured, run_simulated
 from sarlab.real.reproduce.step_cache import (
@@ -96,7 +98,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", help=f"output directory (default {DEFAULT_OUT}/<quick|full>, sarlab's cache: "
                    "$SARLAB_CACHE_DIR, a checkout's .cache or the user cache; pass --out results in a checkout to "
                    "update the committed figures)")
-    p.add_argument("--force", action="store_true", help="re-run the selected steps even when up to date")
+    p.add_argument("--force", action="store_true", help="re-run the selected steps even when up to date, and replace "
+                   "files in --out (and --json) that a step would write but no step manifest lists (files this command "
+                   "did not write; without --force they are refused before anything runs)")
     p.add_argument("--only", help=f"comma list of steps to run ({', '.join(STEPS)}; or fig2..fig8)")
     p.add_argument("--profile", default="icelake-hdr200",
                    help="machine profile of the simulated figures: preset or profile JSON (default %(default)s)")
@@ -109,11 +113,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def run_unit(unit: str, params: dict[str, Any], out: Path, cache: Path | None, log: Log) -> dict[str, Any]:
-    """Run one unit (a scratch directory under ``out`` holds what it needs only while it runs); returns its
-    provenance. A ``--quick`` unit's figures and tables are marked smoke-sized on their face (:func:`mark_smoke`)."""
-    provenance = _run_unit(unit, params, out, cache, log)
-    if params.get("run") == "quick":
-        mark_smoke(out, unit_outputs(unit, params))
+    """Run one unit and return its provenance. The unit writes into a staging directory under ``out``
+    (``.reproduce-<unit>-<pid>-*``, swept by a later run once this process is gone), whose files are then moved
+    into ``out`` one by one atomically: a unit that fails or is killed changes nothing in ``out``. A ``--quick``
+    unit's figures and tables are marked smoke-sized on their face (:func:`mark_smoke`)."""
+    stage = Path(staging.staging_dir(str(out), f".reproduce-{unit}-"))
+    try:
+        provenance = _run_unit(unit, params, stage, cache, log)
+        if params.get("run") == "quick":
+            mark_smoke(stage, unit_outputs(unit, params))
+        for made in sorted(stage.iterdir()):
+            if made.is_file():
+                outputs.write_bytes(out / made.name, made.read_bytes())
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
     return provenance
 
 
@@ -144,7 +157,7 @@ def mark_smoke(out: Path, outputs: dict[str, str]) -> None:
 def _run_unit(unit: str, params: dict[str, Any], out: Path, cache: Path | None, log: Log) -> dict[str, Any]:
     if params["kind"] == SIMULATED:
         return run_simulated(unit, params, out, log)
-    work = Path(tempfile.mkdtemp(prefix=f".reproduce-{unit}-", dir=out))
+    work = Path(tempfile.mkdtemp(prefix=".work-", dir=out))
     try:
         if params["figure"] == "fig2":
             return run_fig2(unit, params, out, work, log)
@@ -242,8 +255,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out else DEFAULT_OUT / ("quick" if args.quick else "full")
-    out.mkdir(parents=True, exist_ok=True)
     cache = Path(args.cache) if args.cache else (None if args.quick else cache_dir("partitions"))
+    check_outputs(args, out, cache, steps, plan)  # before anything runs
+    out.mkdir(parents=True, exist_ok=True)
 
     def log(line: str) -> None:
         print(line, flush=True)
@@ -272,10 +286,46 @@ def main(argv: list[str] | None = None) -> int:
 def _write_summary(path: str | None, summary: dict[str, Any], ok: bool) -> None:
     if not path:
         return
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     summary = {**summary, "sarlab_version": version_string(), "ok": ok}
-    target.write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    outputs.write_bytes(path, json.dumps(summary, indent=1, default=str) + "\n")
+
+
+def owned_files(out: Path, steps: list[str]) -> set[str]:
+    """The files in ``out`` this command wrote: the steps' manifests and every output they list."""
+    owned = set()
+    for step in steps:
+        manifest = read_manifest(out, step)
+        if manifest:
+            owned.add(f"reproduce_{step}.json")
+            owned.update(manifest.get("outputs", {}))
+            for entry in manifest.get("units", {}).values():
+                owned.update(entry.get("outputs", {}))
+    return owned
+
+
+def check_outputs(args: argparse.Namespace, out: Path, cache: Path | None, steps: list[str],
+                  plan: dict[str, dict[str, dict[str, Any]]]) -> None:
+    """``--out``, ``--cache`` and ``--json`` before anything runs (:mod:`sarlab.real.launch.outputs`): a file in
+    ``--out`` that a selected step writes, no step manifest lists and sarlab did not write is refused without
+    ``--force``, as is such a ``--json`` file."""
+    outputs.check_dir(out, "--out")
+    if cache is not None:
+        outputs.check_dir(cache, "--cache")  # a partition cache: sarlab's own
+    if args.json:
+        outputs.check_file(args.json, "--json", args.force)
+    if args.force or args.dry_run or outputs.in_cache(out) or not out.is_dir():
+        return
+    owned = owned_files(out, steps)
+    writes = [f"reproduce_{step}.json" for step in steps]
+    writes += [f for step in steps for unit, params in plan[step].items() for f in unit_outputs(unit, params)]
+    foreign = [f for f in dict.fromkeys(writes)
+               if (out / f).exists() and f not in owned and not outputs.sarlab_wrote(out / f)]
+    if foreign:
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        raise outputs.OutputError(
+            f"--out {str(out)!r} already holds {', '.join(foreign[:3])}{more}, which the selected steps would replace "
+            "and no step manifest lists (this command did not write them); pass --force to replace them (it also "
+            "re-runs the steps), or choose another directory")
 
 
 if __name__ == "__main__":

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from sarlab.real.launch import outputs
 
 MANIFEST_VERSION = 1
 
@@ -34,11 +35,8 @@ def read_manifest(out: Path, step: str) -> dict[str, Any]:
 
 
 def write_manifest(out: Path, step: str, data: dict[str, Any]) -> None:
-    """Write the step's manifest (write, then rename)."""
-    path = manifest_path(out, step)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=False, default=str) + "\n")
-    os.replace(tmp, path)
+    """Write the step's manifest atomically (:func:`sarlab.real.launch.outputs.write_bytes`)."""
+    outputs.write_bytes(manifest_path(out, step), json.dumps(data, indent=1, sort_keys=False, default=str) + "\n")
 
 
 def outputs_present(out: Path, files: dict[str, str]) -> bool:
