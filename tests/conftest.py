@@ -1,4 +1,5 @@
-"""Shared fixtures: small graphs, the shipped Cora file, a CLI runner and a spawned-ranks runner, both with timeouts."""
+"""Shared fixtures: small graphs, the shipped Cora file, a CLI runner (a subprocess with a timeout, or in this process
+for refusals), and a spawned-ranks runner with a timeout."""
 from __future__ import annotations
 
 import datetime
@@ -37,6 +38,40 @@ def run_cli(args: list[str], timeout: float = 240, env: dict | None = None) -> s
     except subprocess.TimeoutExpired as err:
         pytest.fail(f"`sarlab {' '.join(args)}` did not finish in {timeout}s\nstdout:\n{err.stdout}\n"
                     f"stderr:\n{err.stderr}")
+
+
+def cli_here(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``sarlab ARGS`` in this process (``cli.main``, what the ``sarlab`` script calls), with ``env`` set for
+    the call; returns what :func:`run_cli` returns. For command lines that are refused before any work (nothing is
+    started): the same checks as a subprocess, without the ~3 s of CPU a fresh interpreter spends importing torch.
+    The ``sarlab`` logger (which the command line configures) and the environment are restored afterwards."""
+    import contextlib
+    import io
+    import logging
+
+    from sarlab.real.commands.cli import main
+
+    logger = logging.getLogger("sarlab")
+    saved_log = (list(logger.handlers), logger.level, logger.propagate)
+    saved_env = {k: os.environ.get(k) for k in (env or {})}
+    out, err = io.StringIO(), io.StringIO()
+    os.environ.update(env or {})
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as done:  # argparse
+                code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    finally:
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        logger.handlers[:] = saved_log[0]
+        logger.setLevel(saved_log[1])
+        logger.propagate = saved_log[2]
+    return subprocess.CompletedProcess(["sarlab", *args], code, out.getvalue(), err.getvalue())
 
 
 def spawn_ranks(target, world: int, args: tuple, out: str, timeout: float = 240) -> None:

@@ -1,7 +1,9 @@
 """Bad input through the real command line: one clear line on stderr, exit code 2, nothing written or changed.
 
 Table-driven: each row is a command line (placeholders filled from the fixture's files), the text the error
-must contain, and the exit code. Every run is a subprocess with a timeout.
+must contain, and the exit code. The rows run in this process (``cli.main``, what the ``sarlab`` script calls: every
+row is refused before any work starts, so nothing is launched); the DGL and --force cases run ``sarlab`` in a
+subprocess with a timeout, the exit status through the script included.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from conftest import cli_here, run_cli
 from test_data_safety import _npz, _tree
 
 from sarlab.data.graphs import synthetic_graph
@@ -120,7 +122,7 @@ def _fill(args: list[str], files: dict, new: str) -> list[str]:
 def test_bad_input(files, tmp_path, args, needle, code):
     before = _tree(files["root"])
     new = str(tmp_path / "new_out")
-    res = run_cli(_fill(args, files, new), timeout=180)
+    res = cli_here(_fill(args, files, new))
     text = res.stdout + res.stderr
     assert needle in res.stderr, f"expected {needle!r} on stderr:\n{text}"
     assert res.returncode == code, f"exit code {res.returncode}, expected {code}:\n{text}"

@@ -1,10 +1,11 @@
 """Bad input and faults: a clear error before any compute, bounded exits, the failing rank named.
 
-All through the real command line in subprocesses with timeouts (a hang fails the test with output). The fault tests
-run under every backend (gloo, and ccl where :func:`sarlab.kernels.ccl.available` says oneCCL is installed; skipped
-with its reason elsewhere), each in a fresh working directory and ``$TMPDIR``, and check that the run leaves nothing
-behind: no process of the run, no network namespace, no run directory, no file in the working directory (oneCCL's
-libraries once wrote crash backtraces ``python.*.btr`` there).
+All through the real command line: the refusals before any work in this process (``cli.main``, what the ``sarlab``
+script calls; nothing starts), the rest in subprocesses with timeouts (a hang fails the test with output). The fault
+tests run under every backend (gloo, and ccl where :func:`sarlab.kernels.ccl.available` says oneCCL is installed;
+skipped with its reason elsewhere), each in a fresh working directory and ``$TMPDIR``, and check that the run leaves
+nothing behind: no process of the run, no network namespace, no run directory, no file in the working directory
+(oneCCL's libraries once wrote crash backtraces ``python.*.btr`` there).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import time
 
 import pytest
 from backends_common import BACKENDS, BACKENDS_CCL_SLOW, CCL_OK, built, needs_ccl
-from conftest import run_cli
+from conftest import cli_here, run_cli
 from faults_common import assert_nothing_left, fresh_dirs, ours_in, run_sarlab
 
 from sarlab.data.graphs import synthetic_graph
@@ -52,7 +53,7 @@ def _fails(result, *needles):
 def test_missing_partition_file(pdir, tmp_path):
     path = _copy(pdir, tmp_path)
     os.remove(os.path.join(path, "part2", "edge_dst.npy"))
-    _fails(run_cli([*TRAIN, "--graph", path, "--workers", "3"], timeout=60), "partition file missing",
+    _fails(cli_here([*TRAIN, "--graph", path, "--workers", "3"]), "partition file missing",
            "part2/edge_dst.npy")
 
 
@@ -61,17 +62,17 @@ def test_corrupt_partition_file(pdir, tmp_path):
     with open(os.path.join(path, "part1", "features.npy"), "r+b") as f:
         f.seek(-8, 2)
         f.write(b"\xff" * 8)
-    _fails(run_cli([*TRAIN, "--graph", path, "--workers", "3"], timeout=60), "sha256 mismatch", "part1/features.npy")
+    _fails(cli_here([*TRAIN, "--graph", path, "--workers", "3"]), "sha256 mismatch", "part1/features.npy")
 
 
 def test_world_size_mismatch(pdir):
-    _fails(run_cli([*TRAIN, "--graph", pdir, "--workers", "2"], timeout=60), "has 3 parts but 2 workers")
+    _fails(cli_here([*TRAIN, "--graph", pdir, "--workers", "2"]), "has 3 parts but 2 workers")
 
 
 def test_feature_and_label_dims_mismatch(pdir):
-    _fails(run_cli([*TRAIN, "--graph", pdir, "--workers", "3", "--in-dim", "99"], timeout=60),
+    _fails(cli_here([*TRAIN, "--graph", pdir, "--workers", "3", "--in-dim", "99"]),
            "expects 99 input features but the graph has 8")
-    _fails(run_cli([*TRAIN, "--graph", pdir, "--workers", "3", "--num-classes", "5"], timeout=60),
+    _fails(cli_here([*TRAIN, "--graph", pdir, "--workers", "3", "--num-classes", "5"]),
            "expects 5 classes but the graph has 3")
 
 
@@ -88,7 +89,7 @@ def test_feature_and_label_dims_mismatch(pdir):
     ("--aggr", "median", "unknown SAGE aggregator"),
 ])
 def test_unknown_choices(pdir, flag, value, needle):
-    _fails(run_cli([*TRAIN, "--graph", pdir, "--workers", "3", flag, value], timeout=60), needle)
+    _fails(cli_here([*TRAIN, "--graph", pdir, "--workers", "3", flag, value]), needle)
 
 
 def test_busy_port(pdir):
@@ -96,7 +97,7 @@ def test_busy_port(pdir):
         s.bind(("127.0.0.1", 0))
         s.listen(1)
         port = s.getsockname()[1]
-        _fails(run_cli([*TRAIN, "--graph", pdir, "--workers", "3", "--port", str(port)], timeout=60),
+        _fails(cli_here([*TRAIN, "--graph", pdir, "--workers", "3", "--port", str(port)]),
                f"cannot open the rendezvous port 127.0.0.1:{port}", "--port 0")
 
 
@@ -137,7 +138,7 @@ def test_worker_death_is_reported_and_bounded(pdir, tmp_path, kind, needle, opti
                                            ("1:0:raise", "epoch >= 1 (epochs count from 1"),
                                            ("1:4:raise", "fault at epoch 4, but the run has 3 epoch(s)")])
 def test_bad_fault_is_refused_before_any_work(pdir, fault, needle):
-    text = _fails(run_cli([*TRAIN, "--graph", pdir, "--workers", "3", "--fault", fault], timeout=60), needle)
+    text = _fails(cli_here([*TRAIN, "--graph", pdir, "--workers", "3", "--fault", fault]), needle)
     assert "[sar " not in text  # no epoch ran
 
 

@@ -7,8 +7,9 @@ directory and ``SARLAB_CACHE_DIR`` points there too (the C++ kernels stay where 
 
 Not run: the first block (``make run`` / ``make test``: the suite would run itself) and blocks that README marks
 visibly with ``<!-- not run: REASON -->`` on the line before the fence; of those, every ``sarlab`` command must
-answer ``--help``, every ``make`` target must exist (``make -n``) and every ``pip install`` extra must be declared
-by the installed package (pyproject.toml). Blocks in other languages (``text``) are not code.
+answer ``--help`` (asked in this process: the runnable blocks start the ``sarlab`` script itself), every ``make``
+target must exist (``make -n``) and every ``pip install`` extra must be declared by the installed package
+(pyproject.toml). Blocks in other languages (``text``) are not code.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from importlib.metadata import metadata
 
 import pytest
+from conftest import cli_here
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
@@ -169,9 +171,12 @@ def _check_not_run(command: str, where: str, tmp) -> None:
     if words[0] == "torchrun":
         assert "-m" in words and words[words.index("-m") + 1] == "sarlab", f"{where}: torchrun of what?"
         words = ["sarlab", *words[words.index("-m") + 2:]]
-    if words[0] == "sarlab":
+    if words[0] == "sarlab":  # in this process (cli.main, what the script calls): README's own runs start the script
         sub = [w for w in words[1:3] if not w.startswith("-")][:2 if words[1:2] == ["bench"] else 1]
-        _run(["sarlab", *sub, "--help"], f"{where}: `sarlab {' '.join(sub)} --help`", tmp, 120)
+        res = cli_here([*sub, "--help"])
+        shown = f"{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
+        assert res.returncode == 0 and "usage:" in res.stdout, \
+            f"{where}: `sarlab {' '.join(sub)} --help` exited {res.returncode}\n{shown}"
     elif words[0] == "make":
         _run(["make", "-n", *words[1:]], f"{where}: `make -n {' '.join(words[1:])}`", tmp, 60, cwd=ROOT)
     elif words[:2] == ["pip", "install"]:

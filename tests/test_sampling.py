@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import run_cli, spawn_ranks
+from conftest import cli_here, run_cli, spawn_ranks
 
 from sarlab.core.comm import Comm
 from sarlab.core.config import ALL_NEIGHBOURS, EngineConfig, SamplingConfig, parse_fanouts
@@ -378,6 +378,6 @@ def test_train_cli_sampling_mode(tmp_path):
     assert all(r["bytes_sent"] > 0 and r["remote_input_rows"] > 0 for r in records)
     last = [r for r in records if r["epoch"] == 2]
     assert last[0]["val_acc"] > 0.5 and last[0]["loss"] < records[0]["loss"]
-    bad = run_cli(["train", "--graph", "synthetic:nodes=200,degree=4,features=4,classes=2,seed=1", "--workers", "1",
-                   "--mode", "sampling", "--fanouts", "4,3,2", "--epochs", "1"], timeout=120)
+    bad = cli_here(["train", "--graph", "synthetic:nodes=200,degree=4,features=4,classes=2,seed=1", "--workers", "1",
+                    "--mode", "sampling", "--fanouts", "4,3,2", "--epochs", "1"])  # refused before any work
     assert bad.returncode == 2 and "fan-out" in bad.stderr

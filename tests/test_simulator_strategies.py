@@ -18,6 +18,7 @@ from sarlab.simulator.strategies.cost_model import (
     run_cost,
     value,
 )
+from sarlab.simulator.strategies.predictor import STRATEGIES, predict
 from sarlab.simulator.strategies.sampling_fit import fit_sampler_costs
 from sarlab.simulator.strategies.sampling_model import (
     SamplerCosts,
@@ -32,7 +33,6 @@ from sarlab.simulator.strategies.staleness_model import (
     simulate_stale_epoch,
     stale_epoch_time,
 )
-from sarlab.simulator.strategies.predictor import STRATEGIES, predict
 from sarlab.simulator.system.epoch import simulate_epoch
 from sarlab.simulator.system.runspec import RunSpec
 from sarlab.simulator.workload.model import ModelSpec

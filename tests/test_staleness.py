@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import run_cli, spawn_ranks
+from conftest import cli_here, run_cli, spawn_ranks
 
 from sarlab.core.comm import Comm
 from sarlab.core.config import EngineConfig
@@ -231,10 +231,10 @@ def test_cli_staleness_zero_is_bit_for_bit_the_exact_mode_and_bad_combinations_f
     assert runs["one"][0]["loss"] == runs["plain"][0]["loss"]  # epoch 0 is exact
     assert any(o["loss"] != p["loss"] for o, p in zip(runs["one"][2:], runs["plain"][2:]))
     for mode in ("sa", "sampling"):
-        bad = run_cli(["train", "--graph", spec, "--workers", "1", "--epochs", "1", "--mode", mode,
-                       "--staleness", "1"], timeout=120)
+        bad = cli_here(["train", "--graph", spec, "--workers", "1", "--epochs", "1", "--mode", mode,
+                        "--staleness", "1"])  # refused before any work: in this process
         assert bad.returncode == 2 and "--staleness" in bad.stderr, (mode, bad.stderr)
-    neg = run_cli(["train", "--graph", spec, "--workers", "1", "--epochs", "1", "--staleness", "-1"], timeout=120)
+    neg = cli_here(["train", "--graph", spec, "--workers", "1", "--epochs", "1", "--staleness", "-1"])
     assert neg.returncode == 2 and "staleness" in neg.stderr, neg.stderr
 
 
