@@ -180,3 +180,20 @@ def test_each_pass_runs_rss_first_then_live_in_its_order(tmp_path):
         check_plan([first[-1], first[0]])
     with pytest.raises(ValueError, match="lacks"):
         check_plan([{"spec": "x"}])
+
+
+def test_the_engine_step_writes_the_allocator_into_the_profile(monkeypatch, tmp_path):
+    """What bench_engine found (a live curve, rss 2.1 x that) goes into the profile, its notes and its JSON; the
+    plausibility of the scale is judged under rss, the microbenchmarks' allocator."""
+    import sarlab.real.calibration.calibrate as calibrate_module
+    from sarlab.simulator.calibration.calibration import Calibration, Findings
+
+    raw = {"runs": [{}] * 4, "ratio_nodes": 3000, "compute_scale_memory": "live", "memory_scale": {"rss": 2.1}}
+    monkeypatch.setattr(calibrate_module, "bench_engine", lambda cal, prof: (0.4, CURVE, raw))
+    cal = Calibration(quick=True, quiet_tries=1, log=lambda _line: None)
+    prof = calibrate_module._fit_engine(cal, Findings(), hand_profile())
+    assert (prof.compute_scale, prof.compute_scale_curve) == (0.4, CURVE)
+    assert prof.compute_scale_memory == "live" and prof.memory_scale == {"rss": 2.1}
+    assert "memory_scale rss: 2.10" in prof.notes[-1]
+    assert load_profile(save_profile(prof, tmp_path / "p.json")).memory_scale == {"rss": 2.1}
+    assert prof.for_memory("rss").compute_scale == pytest.approx(0.84)  # inside [0.5, 2], where 0.4 alone is not
