@@ -6,7 +6,14 @@ temporary folder first, so the API stubs that autosummary generates never land i
 """
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
+
+from docutils import nodes
+from docutils.statemachine import StringList
+from sphinx.util.docutils import SphinxDirective
+from sphinx.util.nodes import nested_parse_with_titles
 
 import sarlab
 
@@ -25,7 +32,8 @@ extensions = [
     "sphinx.ext.intersphinx",
 ]
 
-exclude_patterns = ["_build", "_inventories"]
+exclude_patterns = ["_build", "_inventories", "_templates"]
+templates_path = ["_templates"]  # autosummary/module.rst: a package's page lists its modules
 root_doc = "index"
 
 # API reference: one page per module, generated from the docstrings.
@@ -69,3 +77,39 @@ intersphinx_timeout = 1
 html_theme = "furo"
 html_title = f"sarlab {release}"
 html_static_path: list[str] = []
+
+
+class Modules(SphinxDirective):
+    """``.. sarlab-modules:: PACKAGE``: a section per module under PACKAGE that no page of its own documents (no
+    ``generated/NAME`` page of it or of a package between), with the module's docstring; each section is the
+    target of ``:mod:`` links to that module. The module's functions and classes stay in the source (``[source]``
+    links): one page per module would triple the build's time."""
+
+    required_arguments = 1
+
+    def run(self) -> list[nodes.Node]:
+        package = self.arguments[0]
+        pages = {doc.split("/", 1)[1] for doc in self.env.found_docs if doc.startswith("generated/")}
+        lines = []
+        for name in _modules_under(package):
+            owner = max((p for p in pages if name == p or name.startswith(p + ".")), key=len, default=None)
+            if owner == package:
+                lines += [name, "~" * len(name), "", f".. automodule:: {name}", "   :no-members:", ""]
+        if not lines:
+            return []
+        lines = ["Modules", "-------", "", *lines]
+        node = nodes.section()
+        node.document = self.state.document
+        nested_parse_with_titles(self.state, StringList(lines, source=f"<modules of {package}>"), node)
+        return node.children
+
+
+def _modules_under(package: str) -> list[str]:
+    """Every module and package below ``package``, sorted (its subpackages imported to walk them)."""
+    path = getattr(importlib.import_module(package), "__path__", None)
+    return sorted(m.name for m in pkgutil.walk_packages(path, prefix=package + ".")) if path else []
+
+
+def setup(app) -> dict:
+    app.add_directive("sarlab-modules", Modules)
+    return {"parallel_read_safe": True}

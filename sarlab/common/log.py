@@ -1,4 +1,4 @@
-"""sarlab's logging: one :mod:`logging` logger per module under ``sarlab`` and the one place that configures them.
+"""sarlab's logging: one ``logging`` logger per module under ``sarlab`` and the one place that configures them.
 
 Library code writes ``log = logging.getLogger(__name__)`` and ``log.info(...)`` for progress (never ``print``);
 results a command exists to show stay on stdout in the command modules. :func:`configure` is called by the command
