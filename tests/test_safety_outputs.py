@@ -1,7 +1,8 @@
 """Nothing lost (issue 28): outputs checked before any compute, size checks before allocation, the checkpoint
 directory locked and sha256-verified, a restarted command line that resumes, manifest paths confined.
 
-Through the real command line in subprocesses with timeouts (a failure shows the child's output).
+Through the real command line: the refusals before any compute in this process (``cli.main``, what the ``sarlab``
+script calls; nothing starts), the runs in subprocesses with timeouts (a failure shows the child's output).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, cli_here, run_cli
 
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.partition import PartitionError, load_manifest, manifest_digest, partition
@@ -68,7 +69,7 @@ def test_bad_outputs_sizes_and_specs_are_refused_before_any_compute(pdir, tmp_pa
     """Table: each case exits 2 with one line, before the first epoch (the sizes before anything is allocated)."""
     for args, needle, env in _cases(str(tmp_path), pdir):
         t0 = time.monotonic()
-        _refused(run_cli([*TRAIN, *args], timeout=60, env=env), needle)
+        _refused(cli_here([*TRAIN, *args], env=env), needle)
         print(f"{needle!r}: refused in {time.monotonic() - t0:.1f}s")
     assert sorted(os.listdir(tmp_path)) == ["out.json"]  # nothing written
 
@@ -83,7 +84,7 @@ def test_second_run_on_a_locked_checkpoint_dir_is_refused(pdir, tmp_path):
         while "epoch 2/" not in open(log).read():
             assert first.poll() is None and time.monotonic() < deadline, open(log).read()
             time.sleep(0.2)
-        res = run_cli([*TRAIN, "--graph", pdir, "--checkpoint", ck_dir], timeout=60)
+        res = cli_here([*TRAIN, "--graph", pdir, "--checkpoint", ck_dir])
         _refused(res, f"is in use by another run (pid {first.pid} on host")
     finally:
         first.send_signal(signal.SIGTERM)
@@ -96,7 +97,7 @@ def test_checkpoint_is_verified_resumed_automatically_and_temporaries_swept(pdir
     res = run_cli([*TRAIN, "--graph", pdir, "--checkpoint", ck_dir], timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
     # the same command line again: the checkpoint has done all 3 epochs, so the run says so and ends, exit 0
-    res = run_cli([*TRAIN, "--graph", pdir, "--checkpoint", ck_dir], timeout=120)
+    res = cli_here([*TRAIN, "--graph", pdir, "--checkpoint", ck_dir])  # nothing starts: in this process
     assert res.returncode == 0 and "already done 3 epochs" in res.stderr, res.stdout + res.stderr
     assert "epoch" not in res.stdout.split("final:")[0], res.stdout
     # a killed write's temporary is removed by the next run that owns the lock, and it says so
@@ -110,13 +111,13 @@ def test_checkpoint_is_verified_resumed_automatically_and_temporaries_swept(pdir
     data = bytearray(open(path, "rb").read())
     data[len(data) // 2] ^= 0x10
     open(path, "wb").write(bytes(data))
-    res = run_cli([*TRAIN, "--graph", pdir, "--checkpoint", ck_dir, "--epochs", "6"], timeout=60)
-    _refused(res, "checkpoint corrupt (sha256 mismatch)")
+    _refused(cli_here([*TRAIN, "--graph", pdir, "--checkpoint", ck_dir, "--epochs", "6"]),
+             "checkpoint corrupt (sha256 mismatch)")
     # another model is still refused
     shutil.rmtree(ck_dir)
     assert run_cli([*TRAIN, "--graph", pdir, "--checkpoint", ck_dir], timeout=120).returncode == 0
-    _refused(run_cli([*TRAIN, "--graph", pdir, "--checkpoint", ck_dir, "--hidden", "16", "--epochs", "5"],
-                     timeout=120), "model.hidden: checkpoint 8, this run 16")
+    _refused(cli_here([*TRAIN, "--graph", pdir, "--checkpoint", ck_dir, "--hidden", "16", "--epochs", "5"]),
+             "model.hidden: checkpoint 8, this run 16")
 
 
 def test_a_failed_write_at_the_end_keeps_the_results(tmp_path):
