@@ -94,6 +94,120 @@ def spin(seconds: float) -> None:
             x += 1
 
 
+class _RankPasses:
+    """One rank's side of the probe (module docstring): its send and receive buffers, the patterns as posts and
+    waits, and the check of what a pass received. A pass has ``K`` rounds (``rounds``, 0: ``N - 1``); round ``k``
+    exchanges with the peers at distance ``1 + k mod (N - 1)``."""
+
+    def __init__(self, torch, dist, rank: int, N: int, nbytes: int, rounds: int, spin_s: float, a2a: bool) -> None:
+        self.dist, self.rank, self.N, self.spin_s = dist, rank, N, spin_s
+        n, K = max(1, nbytes // 4), rounds or N - 1
+        self.n, self.K = n, K
+        M = max(K, N - 1)
+        self.sends = [torch.full((n,), float(rank)) for _ in range(M)]
+        self.recvs = [torch.empty(n) for _ in range(M)]
+        self.mine = torch.full((1,), float(rank))  # what a global round sends the peers it has nothing for
+        self.dummies = [torch.empty(1) for _ in range(N)]  # what it receives from them (one per peer)
+        # global-a2a's buffers (the round's message and the 1-element parts) only where it runs: 8 ranks' add up
+        self.flat = torch.full((n + N - 2,) if a2a else (0,), float(rank))
+        self.flat_out = [torch.empty(n + N - 2) for _ in range(K if a2a else 0)]
+        self.sent = 0  # bytes handed to the sends of this pass
+
+    def reset(self) -> None:
+        """Before a pass: every receive buffer NaN, no bytes sent."""
+        for buf in (*self.recvs, *self.dummies, *self.flat_out):
+            buf.fill_(float("nan"))
+        self.sent = 0
+
+    def peers(self, k: int) -> tuple[int, int]:
+        r = 1 + k % (self.N - 1)
+        return (self.rank + r) % self.N, (self.rank - r) % self.N
+
+    def post(self, k: int) -> list:
+        dist = self.dist
+        dst, src = self.peers(k)
+        self.sent += self.sends[k].nbytes
+        ops = [dist.P2POp(dist.irecv, self.recvs[k], src, tag=k), dist.P2POp(dist.isend, self.sends[k], dst, tag=k)]
+        return dist.batch_isend_irecv(ops)
+
+    def post_global(self, k: int) -> list:
+        """Round ``k`` as one exchange with every peer: receives first, then sends (one batch)."""
+        dist = self.dist
+        dst, src = self.peers(k)
+        others = [q for q in range(self.N) if q != self.rank]
+        ops = [dist.P2POp(dist.irecv, self.recvs[k] if q == src else self.dummies[q], q, tag=k) for q in others]
+        outgoing = [self.sends[k] if q == dst else self.mine for q in others]
+        self.sent += sum(t.nbytes for t in outgoing)
+        ops += [dist.P2POp(dist.isend, t, q, tag=k) for q, t in zip(others, outgoing)]
+        return dist.batch_isend_irecv(ops)
+
+    def splits(self, k: int) -> tuple[list[int], list[int]]:
+        dst, src = self.peers(k)
+        size = [0 if q == self.rank else 1 for q in range(self.N)]
+        return ([self.n if q == src else s for q, s in enumerate(size)],
+                [self.n if q == dst else s for q, s in enumerate(size)])
+
+    def post_a2a(self, k: int) -> list:
+        """Round ``k`` as one ``all_to_all_single`` of all ranks (gloo's alltoallv, unequal parts)."""
+        into, outof = self.splits(k)
+        self.sent += 4 * sum(outof)
+        return [self.dist.all_to_all_single(self.flat_out[k], self.flat, into, outof, async_op=True)]
+
+    def ring(self, depth: int, poster) -> list[float]:
+        waits, posted, nxt = [], deque(), 0
+        while nxt < self.K and len(posted) <= depth:
+            posted.append(poster(nxt))
+            nxt += 1
+        while posted:
+            works = posted.popleft()
+            t = time.perf_counter()
+            for work in works:
+                work.wait()
+            waits.append(time.perf_counter() - t)
+            spin(self.spin_s)
+            if nxt < self.K:
+                posted.append(poster(nxt))
+                nxt += 1
+        return waits
+
+    def oneshot(self) -> list[float]:
+        works = [w for k in range(self.N - 1) for w in self.post(k)]
+        t = time.perf_counter()
+        for work in works:
+            work.wait()
+        spin(self.spin_s * (self.N - 1))
+        return [time.perf_counter() - t]
+
+    def run(self, pattern: str) -> list[float]:
+        """One pass of ``pattern``; returns the waits of its rounds (``oneshot``: one)."""
+        if pattern == "oneshot":
+            return self.oneshot()
+        if pattern == "global":
+            return self.ring(0, self.post_global)
+        if pattern == "global-a2a":
+            return self.ring(0, self.post_a2a)
+        return self.ring(int(pattern.split(":")[1]), self.post)
+
+    def check(self, pattern: str) -> None:
+        """Every buffer the pass received holds its sender's rank (NaN-filled before the pass)."""
+        N, K, rank = self.N, self.K, self.rank
+        got = []
+        count = N - 1 if pattern == "oneshot" else K
+        for k in range(count):
+            src = self.peers(k)[1]
+            if pattern == "global-a2a":
+                parts = self.flat_out[k].split(self.splits(k)[0])
+                got += [(q, part) for q, part in enumerate(parts) if part.numel()]
+            else:
+                got.append((src, self.recvs[k]))
+        if pattern == "global":  # the peers that were not a round's source sent a 4-byte tensor
+            got += [(q, self.dummies[q]) for q in range(N)
+                    if q != rank and any(self.peers(k)[1] != q for k in range(K))]
+        for q, buf in got:
+            if not bool((buf == q).all()):
+                raise RuntimeError(f"rank {rank} {pattern}: a buffer from rank {q} holds {buf[:4].tolist()}")
+
+
 def _child(patterns: list[str], nbytes: int, repeats: int, spin_s: float, rounds: int, out: str,
            backend: str = "gloo") -> None:
     """One rank: every pattern ``repeats + 1`` times (the first warms the connections and is not kept); a pass
@@ -108,116 +222,22 @@ def _child(patterns: list[str], nbytes: int, repeats: int, spin_s: float, rounds
     prepare_backend(backend)
     dist.init_process_group(backend, init_method="env://", timeout=datetime.timedelta(seconds=300))
     rank, N = dist.get_rank(), dist.get_world_size()
-    n, K = max(1, nbytes // 4), rounds or N - 1
-    M = max(K, N - 1)
-    sends = [torch.full((n,), float(rank)) for _ in range(M)]
-    recvs = [torch.empty(n) for _ in range(M)]
-    mine = torch.full((1,), float(rank))  # what a global round sends the peers it has nothing for
-    dummies = [torch.empty(1) for _ in range(N)]  # what it receives from them (one per peer)
-    a2a = "global-a2a" in patterns  # its buffers only where it runs (8 ranks' buffers add up)
-    flat = torch.full((n + N - 2,) if a2a else (0,), float(rank))  # the round's message and the 1-element parts
-    flat_out = [torch.empty(n + N - 2) for _ in range(K if a2a else 0)]
-    sent = [0]  # bytes handed to the sends of this pass
-
-    def peers(k: int) -> tuple[int, int]:
-        r = 1 + k % (N - 1)
-        return (rank + r) % N, (rank - r) % N
-
-    def post(k: int) -> list:
-        dst, src = peers(k)
-        sent[0] += sends[k].nbytes
-        ops = [dist.P2POp(dist.irecv, recvs[k], src, tag=k), dist.P2POp(dist.isend, sends[k], dst, tag=k)]
-        return dist.batch_isend_irecv(ops)
-
-    def post_global(k: int) -> list:
-        """Round ``k`` as one exchange with every peer: receives first, then sends (one batch)."""
-        dst, src = peers(k)
-        others = [q for q in range(N) if q != rank]
-        ops = [dist.P2POp(dist.irecv, recvs[k] if q == src else dummies[q], q, tag=k) for q in others]
-        outgoing = [sends[k] if q == dst else mine for q in others]
-        sent[0] += sum(t.nbytes for t in outgoing)
-        ops += [dist.P2POp(dist.isend, t, q, tag=k) for q, t in zip(others, outgoing)]
-        return dist.batch_isend_irecv(ops)
-
-    def splits(k: int) -> tuple[list[int], list[int]]:
-        dst, src = peers(k)
-        size = [0 if q == rank else 1 for q in range(N)]
-        return [n if q == src else s for q, s in enumerate(size)], [n if q == dst else s for q, s in enumerate(size)]
-
-    def post_a2a(k: int) -> list:
-        """Round ``k`` as one ``all_to_all_single`` of all ranks (gloo's alltoallv, unequal parts)."""
-        into, outof = splits(k)
-        sent[0] += 4 * sum(outof)
-        return [dist.all_to_all_single(flat_out[k], flat, into, outof, async_op=True)]
-
-    def ring(depth: int, poster) -> list[float]:
-        waits, posted, nxt = [], deque(), 0
-        while nxt < K and len(posted) <= depth:
-            posted.append(poster(nxt))
-            nxt += 1
-        while posted:
-            works = posted.popleft()
-            t = time.perf_counter()
-            for work in works:
-                work.wait()
-            waits.append(time.perf_counter() - t)
-            spin(spin_s)
-            if nxt < K:
-                posted.append(poster(nxt))
-                nxt += 1
-        return waits
-
-    def oneshot() -> list[float]:
-        works = [w for k in range(N - 1) for w in post(k)]
-        t = time.perf_counter()
-        for work in works:
-            work.wait()
-        spin(spin_s * (N - 1))
-        return [time.perf_counter() - t]
-
-    def run(pattern: str) -> list[float]:
-        if pattern == "oneshot":
-            return oneshot()
-        if pattern == "global":
-            return ring(0, post_global)
-        if pattern == "global-a2a":
-            return ring(0, post_a2a)
-        return ring(int(pattern.split(":")[1]), post)
-
-    def check(pattern: str) -> None:
-        """Every buffer the pass received holds its sender's rank (NaN-filled before the pass)."""
-        got = []
-        count = N - 1 if pattern == "oneshot" else K
-        for k in range(count):
-            src = peers(k)[1]
-            if pattern == "global-a2a":
-                parts = flat_out[k].split(splits(k)[0])
-                got += [(q, part) for q, part in enumerate(parts) if part.numel()]
-            else:
-                got.append((src, recvs[k]))
-        if pattern == "global":  # the peers that were not a round's source sent a 4-byte tensor
-            got += [(q, dummies[q]) for q in range(N) if q != rank and any(peers(k)[1] != q for k in range(K))]
-        for q, buf in got:
-            if not bool((buf == q).all()):
-                raise RuntimeError(f"rank {rank} {pattern}: a buffer from rank {q} holds {buf[:4].tolist()}")
-
+    passes = _RankPasses(torch, dist, rank, N, nbytes, rounds, spin_s, "global-a2a" in patterns)
     samples = []
     for pattern in patterns:
         for i in range(repeats + 1):
-            for buf in (*recvs, *dummies, *flat_out):
-                buf.fill_(float("nan"))
-            sent[0] = 0
+            passes.reset()
             c0 = tcp_counters()
             dist.barrier()
             t0 = time.perf_counter()
-            waits = run(pattern)
+            waits = passes.run(pattern)
             local = time.perf_counter() - t0
             dist.barrier()
             c1 = tcp_counters()
-            check(pattern)
+            passes.check(pattern)
             if i:
                 samples.append({"pattern": pattern, "repeat": i, "rank": rank, "local_s": local, "waits_s": waits,
-                                "bytes_sent": sent[0], "tcp": {k: c1[k] - c0.get(k, 0) for k in c1}})
+                                "bytes_sent": passes.sent, "tcp": {k: c1[k] - c0.get(k, 0) for k in c1}})
     everyone: list = [None] * N
     dist.all_gather_object(everyone, samples)
     dist.destroy_process_group()
@@ -356,7 +376,7 @@ def table_lines(model: dict[str, dict], measured: dict[str, dict] | None = None)
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--net", default="veth:rate=150mbit", help="loopback or veth:rate=R (one host per rank)")
     parser.add_argument("--world", type=int, default=8, help="ranks (default 8)")
@@ -379,6 +399,52 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch.distributed backend of the ranks (default gloo)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--samples", help=argparse.SUPPRESS)
+    return parser
+
+
+def _measured(args: argparse.Namespace, patterns: list[str], bandwidth: float, model: dict[str, dict], title: str,
+              source: str, link: dict) -> tuple[list[str], dict]:
+    """The measuring run of :func:`main`: the ranks' passes and the fitted ``shared_efficiency``. Returns the lines
+    :func:`main` prints (per pattern, the drops and the load, the table beside the model, the fit) and what ``--out``
+    writes (with ``--link-in``: the link profile with the fit and the probe added)."""
+    from sarlab.core.comm import check_backend
+
+    check_backend(args.backend)  # ccl: built here once, not in every rank
+    load = os.getloadavg()[0]
+    raw = measure(args.net, args.world, patterns, args.bytes, args.repeats, args.spin_ms / 1e3, args.rounds,
+                  backend=args.backend)
+    table = summarize(raw["samples"], args.world, args.bytes, bandwidth, args.rounds)
+    lines = []
+    for pattern, row in table.items():
+        ratio = f"{row['over_ideal']:.2f}x ideal {row['ideal_s']:.3f} s" if row["over_ideal"] else ""
+        tcp = ", ".join(f"{k} {v:g}" for k, v in row["tcp_per_pass"].items())
+        lines.append(f"{args.backend} {args.net} N={args.world} {args.bytes / 1e6:g} MB spin {args.spin_ms:g} ms "
+                     f"{pattern:10}: pass "
+                     f"{row['pass_s']:.3f} s {ratio}; round wait median {row['median_wait_s'] * 1e3:.1f} ms, max "
+                     f"{row['max_wait_s'] * 1e3:.1f} ms; per pass: {tcp}")
+    lines.append(f"qdisc drops (all patterns): {raw['qdisc_drops']}; 1-min load before {load:.2f}, after "
+                 f"{os.getloadavg()[0]:.2f}")
+    lines += [title, *table_lines(model, table)]
+    eta = fit_shared_efficiency(table, args.world, args.bytes, bandwidth, args.rounds) if bandwidth else float("nan")
+    lines.append(f"shared_efficiency {eta:.3f} (the share of the bandwidth a message sharing a busy link end gets)")
+    result = {"net": args.net, "backend": args.backend, "world": args.world,
+              "bytes": args.bytes, "rounds": args.rounds, "spin_ms": args.spin_ms,
+              "bandwidth_Bps": bandwidth, "load": load, "shared_efficiency": eta, "summary": table,
+              "model": model, "profile": source, **raw}
+    if args.link_in and eta != eta:
+        lines.append("no pattern with concurrent flows (ring:D with D >= 1, oneshot, more than one round) to fit "
+                     "shared_efficiency: --out gets the plain result, not a link profile")
+    elif args.link_in:
+        result = {**link, "shared_efficiency": eta, "sharing": {
+            "method": "sarlab.real.calibration.roundbench: gloo ranks, one per emulated host, no compute; pass "
+                      "times of the "
+                      "patterns with concurrent flows against the model's T (1 + (K - 1) / eta), median",
+            "date": datetime.date.today().isoformat(), **result}}
+    return lines, result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     patterns = [p.strip() for p in args.patterns.split(",") if p.strip()]
     for p in patterns:
@@ -411,39 +477,8 @@ def main(argv: list[str] | None = None) -> int:
                                                   "rounds": args.rounds, "spin_ms": args.spin_ms,
                                                   "profile": source, "model": model}, indent=1))
         return 0
-    from sarlab.core.comm import check_backend
-
-    check_backend(args.backend)  # ccl: built here once, not in every rank
-    load = os.getloadavg()[0]
-    raw = measure(args.net, args.world, patterns, args.bytes, args.repeats, args.spin_ms / 1e3, args.rounds,
-                  backend=args.backend)
-    table = summarize(raw["samples"], args.world, args.bytes, bandwidth, args.rounds)
-    for pattern, row in table.items():
-        ratio = f"{row['over_ideal']:.2f}x ideal {row['ideal_s']:.3f} s" if row["over_ideal"] else ""
-        tcp = ", ".join(f"{k} {v:g}" for k, v in row["tcp_per_pass"].items())
-        print(f"{args.backend} {args.net} N={args.world} {args.bytes / 1e6:g} MB spin {args.spin_ms:g} ms "
-              f"{pattern:10}: pass "
-              f"{row['pass_s']:.3f} s {ratio}; round wait median {row['median_wait_s'] * 1e3:.1f} ms, max "
-              f"{row['max_wait_s'] * 1e3:.1f} ms; per pass: {tcp}", flush=True)
-    print(f"qdisc drops (all patterns): {raw['qdisc_drops']}; 1-min load before {load:.2f}, after "
-          f"{os.getloadavg()[0]:.2f}", flush=True)
-    print("\n".join([title, *table_lines(model, table)]), flush=True)
-    eta = fit_shared_efficiency(table, args.world, args.bytes, bandwidth, args.rounds) if bandwidth else float("nan")
-    print(f"shared_efficiency {eta:.3f} (the share of the bandwidth a message sharing a busy link end gets)",
-          flush=True)
-    result = {"net": args.net, "backend": args.backend, "world": args.world,
-              "bytes": args.bytes, "rounds": args.rounds, "spin_ms": args.spin_ms,
-              "bandwidth_Bps": bandwidth, "load": load, "shared_efficiency": eta, "summary": table,
-              "model": model, "profile": source, **raw}
-    if args.link_in and eta != eta:
-        print("no pattern with concurrent flows (ring:D with D >= 1, oneshot, more than one round) to fit "
-              "shared_efficiency: --out gets the plain result, not a link profile", flush=True)
-    elif args.link_in:
-        result = {**link, "shared_efficiency": eta, "sharing": {
-            "method": "sarlab.real.calibration.roundbench: gloo ranks, one per emulated host, no compute; pass "
-                      "times of the "
-                      "patterns with concurrent flows against the model's T (1 + (K - 1) / eta), median",
-            "date": datetime.date.today().isoformat(), **result}}
+    lines, result = _measured(args, patterns, bandwidth, model, title, source, link)
+    print("\n".join(lines), flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))
     return 0

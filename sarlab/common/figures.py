@@ -37,6 +37,18 @@ def face(fig, kind: str, banner: str, title: str) -> float:
     return title_y - (len(title_lines) + 0.3) * line
 
 
+def save_figure(fig, path: str | Path, rect: tuple[float, float, float, float] | None = None,
+                dpi: int = 120) -> Path:
+    """Lay ``fig`` out (inside ``rect``, the figure fraction its axes may fill; None: all of it), write it as a PNG
+    at ``path`` (its folder created), close it, and return the path."""
+    fig.tight_layout(rect=rect)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
 COLORS = {"sar": "C0", "sar+fused": "C2", "vanilla (oneshot)": "C3"}
 
 
@@ -51,6 +63,43 @@ def plot_scaling(table, path: Path, kind: str, banner: str, title: str, xlabel: 
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12, 5.2))
     top = float(table["peak_mem_bytes"].max())
     unit, scale = ("GiB", 2**30) if top >= 4 * 2**30 else ("MiB", 2**20)
+    any_oom = _draw_series(ax_t, ax_m, table, series, workers, scale)
+    ymax = _memory_limit(ax_m, x, top, scale, per_worker_limit, limit_label)
+    times = table["epoch_time_s"].to_numpy(float)
+    if times.max() > 8 * times.min():
+        ax_t.set_yscale("log")
+        ax_t.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    else:
+        ax_t.set_ylim(0, times.max() * 1.35)
+    ax_m.set_ylim(0, ymax * 1.45)  # room for the legend above the bars
+    ax_t.set_ylabel("epoch time (s)")
+    ax_t.set_title("epoch time of the slowest worker", fontsize=9)
+    ax_m.set_ylabel(f"peak memory per worker ({unit})")
+    resident = ("process RSS after setup: Python/torch runtime, graph, features, model" if kind == MEASURED
+                else "estimated: graph, features, model")
+    ax_m.set_title(f"peak memory per worker; lighter part: resident after setup\n({resident})", fontsize=9)
+    for ax in (ax_t, ax_m):
+        ax.set_xticks(x, [str(w) for w in workers])
+        ax.set_xlabel(xlabel)
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax_t.legend(fontsize=8)
+    handles = [Patch(facecolor=COLORS.get(name, f"C{k + 4}")) for k, name in enumerate(series)]
+    labels = list(series)
+    if scaling:
+        h2, l2 = _scaling_axis(ax_m, table, series, workers)
+        handles, labels = handles + h2, labels + l2
+    if any_oom:
+        handles.append(Patch(facecolor="white", edgecolor="red", hatch="xx"))
+        labels.append("OOM: exceeds the memory per node")
+    ax_m.legend(handles, labels, fontsize=7, loc="upper right")
+    save_figure(fig, path, rect=(0, 0, 1, face(fig, kind, banner, title)))
+
+
+def _draw_series(ax_t, ax_m, table, series: list, workers: list[int], scale: float) -> bool:
+    """:func:`plot_scaling`'s series: epoch time as a line on ``ax_t`` (OOM points crossed and labelled) and
+    memory as bars on ``ax_m`` (resident after setup lighter, the peak above it on top; OOM bars hatched);
+    returns whether any configuration ran out of memory."""
+    x = np.arange(len(workers))
     width = 0.8 / max(len(series), 1)
     any_oom = False
     for k, name in enumerate(series):
@@ -76,6 +125,13 @@ def plot_scaling(table, path: Path, kind: str, banner: str, title: str, xlabel: 
                 bar.set_edgecolor("red")
                 ax_m.annotate("OOM", (bar.get_x() + bar.get_width() / 2, b + a), textcoords="offset points",
                               xytext=(0, 2), ha="center", color="red", fontsize=8, fontweight="bold")
+    return any_oom
+
+
+def _memory_limit(ax_m, x: np.ndarray, top: float, scale: float, per_worker_limit: float | None,
+                  limit_label: str) -> float:
+    """The memory per worker a node allows, on ``ax_m``: a dashed line where it would not squash the bars (then
+    the axis reaches it), else a sentence; returns the top of the memory axis in its unit."""
     ymax = top / scale
     if per_worker_limit and top >= 0.2 * per_worker_limit:
         ymax = max(ymax, per_worker_limit / scale)
@@ -85,45 +141,23 @@ def plot_scaling(table, path: Path, kind: str, banner: str, title: str, xlabel: 
     elif per_worker_limit:  # the limit would squash the bars: say it in words
         ax_m.text(0.02, 0.97, f"{limit_label}: every configuration fits", transform=ax_m.transAxes,
                   va="top", fontsize=7)
-    times = table["epoch_time_s"].to_numpy(float)
-    if times.max() > 8 * times.min():
-        ax_t.set_yscale("log")
-        ax_t.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
-    else:
-        ax_t.set_ylim(0, times.max() * 1.35)
-    ax_m.set_ylim(0, ymax * 1.45)  # room for the legend above the bars
-    ax_t.set_ylabel("epoch time (s)")
-    ax_t.set_title("epoch time of the slowest worker", fontsize=9)
-    ax_m.set_ylabel(f"peak memory per worker ({unit})")
-    resident = ("process RSS after setup: Python/torch runtime, graph, features, model" if kind == MEASURED
-                else "estimated: graph, features, model")
-    ax_m.set_title(f"peak memory per worker; lighter part: resident after setup\n({resident})", fontsize=9)
-    for ax in (ax_t, ax_m):
-        ax.set_xticks(x, [str(w) for w in workers])
-        ax.set_xlabel(xlabel)
-        ax.grid(True, axis="y", which="both", alpha=0.3)
-    ax_t.legend(fontsize=8)
-    handles = [Patch(facecolor=COLORS.get(name, f"C{k + 4}")) for k, name in enumerate(series)]
-    labels = list(series)
-    if scaling:
-        ax2 = ax_m.twinx()
-        for k, name in enumerate(series):
-            d = table[table["series"] == name].set_index("workers").reindex(workers)
-            ax2.plot(x, d["mem_scaling"].to_numpy(float), "s--", color=COLORS.get(name, f"C{k + 4}"), mfc="white",
-                     label=f"{name}: scaling")
-        ideal = np.asarray(workers, float) / workers[0]
-        ax2.plot(x, ideal, "k:", marker=".", label=f"ideal N/{workers[0]}")
-        ax2.set_ylim(0, ideal.max() * 1.45)
-        ax2.set_ylabel(f"memory scaling: mem(N={workers[0]}) / mem(N)  (dashed)")
-        h2, l2 = ax2.get_legend_handles_labels()
-        handles, labels = handles + h2, labels + l2
-    if any_oom:
-        handles.append(Patch(facecolor="white", edgecolor="red", hatch="xx"))
-        labels.append("OOM: exceeds the memory per node")
-    ax_m.legend(handles, labels, fontsize=7, loc="upper right")
-    fig.tight_layout(rect=(0, 0, 1, face(fig, kind, banner, title)))
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return ymax
+
+
+def _scaling_axis(ax_m, table, series: list, workers: list[int]) -> tuple[list, list]:
+    """The memory scaling mem(N_min)/mem(N) of every series (dashed) and the ideal N/N_min on a second axis of
+    ``ax_m``; returns their legend handles and labels."""
+    x = np.arange(len(workers))
+    ax2 = ax_m.twinx()
+    for k, name in enumerate(series):
+        d = table[table["series"] == name].set_index("workers").reindex(workers)
+        ax2.plot(x, d["mem_scaling"].to_numpy(float), "s--", color=COLORS.get(name, f"C{k + 4}"), mfc="white",
+                 label=f"{name}: scaling")
+    ideal = np.asarray(workers, float) / workers[0]
+    ax2.plot(x, ideal, "k:", marker=".", label=f"ideal N/{workers[0]}")
+    ax2.set_ylim(0, ideal.max() * 1.45)
+    ax2.set_ylabel(f"memory scaling: mem(N={workers[0]}) / mem(N)  (dashed)")
+    return ax2.get_legend_handles_labels()
 
 
 def plot_fig2(rows: list[dict], path: Path, banner: str, title: str) -> None:
@@ -156,9 +190,7 @@ def plot_fig2(rows: list[dict], path: Path, banner: str, title: str) -> None:
     axes[0].legend(fontsize=8)
     fig.text(0.5, 0.005, "bar labels: speedup over PyG GATConv (time panels), memory as a fraction of PyG's",
              ha="center", fontsize=7.5)
-    fig.tight_layout(rect=(0, 0.03, 1, face(fig, MEASURED, banner, title)))
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, rect=(0, 0.03, 1, face(fig, MEASURED, banner, title)))
 
 
 def plot_engine_bench(summary: pd.DataFrame, path: str, title: str) -> None:
@@ -179,6 +211,4 @@ def plot_engine_bench(summary: pd.DataFrame, path: str, title: str) -> None:
         ax.grid(True, which="both", alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.suptitle("\n".join(textwrap.wrap(title, 150)), fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)

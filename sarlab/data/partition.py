@@ -1,4 +1,5 @@
-"""Partitioning: METIS (pymetis) or random assignment, contiguous renumbering, the on-disk format.
+"""Partitioning: METIS (pymetis) or random assignment, the on-disk format (the renumbering and the shards it holds
+are computed by :mod:`sarlab.data.part_layout`).
 
 On disk, a partition is a directory with ``manifest.json`` and one folder per part of plain ``.npy``
 arrays (loaded with ``allow_pickle=False``; nothing is ever unpickled). Part ``p`` owns the renumbered
@@ -31,6 +32,7 @@ import numpy as np
 
 from sarlab.data import validate_data as checks
 from sarlab.data.graphs import Graph
+from sarlab.data.part_layout import PartLayout, part_arrays, part_layout
 from sarlab.data.staging import check_free, check_path, probe_writable, staging_dir
 from sarlab.data.validate_data import InputError
 
@@ -209,97 +211,57 @@ def _write_checked(graph: Graph, parts: np.ndarray, out_dir: str, source: str, m
     if parts.shape != (graph.num_nodes,) or (parts.size and parts.min() < 0):
         raise InputError(f"part assignment must give each of the {graph.num_nodes} nodes a part id >= 0")
     num_parts = int(parts.max()) + 1 if parts.size else 1
-    n = graph.num_nodes
-    order = np.argsort(parts, kind="stable")  # new id -> old id
-    new_id = np.empty(n, dtype=np.int64)
-    new_id[order] = np.arange(n)
     counts = np.bincount(parts, minlength=num_parts)
     if (counts == 0).any():
         raise PartitionError(f"part(s) {np.flatnonzero(counts == 0).tolist()} would be empty; use fewer parts")
-    starts = np.concatenate([[0], np.cumsum(counts)])
-    src, dst = new_id[graph.src], new_id[graph.dst]
-    src_part, dst_part = parts[graph.src], parts[graph.dst]
-    # group edges by (dst part, src part, dst, src)
-    edge_order = np.lexsort((src, dst, src_part, dst_part))
-    src, dst, src_part, dst_part = src[edge_order], dst[edge_order], src_part[edge_order], dst_part[edge_order]
-    etype = graph.edge_type[edge_order] if graph.typed else None
-    group = dst_part * num_parts + src_part
-    group_ptr = np.searchsorted(group, np.arange(num_parts * num_parts + 1))
-    edges_per_shard = np.diff(group_ptr).reshape(num_parts, num_parts)
-    recv = [[None] * num_parts for _ in range(num_parts)]  # recv[p][q]: rows (local to q) that p needs
-    for p in range(num_parts):
-        for q in range(num_parts):
-            if q != p:
-                s = src[group_ptr[p * num_parts + q]:group_ptr[p * num_parts + q + 1]] - starts[q]
-                recv[p][q] = np.unique(s)
-    halo_rows = [[0 if q == p else int(recv[p][q].size) for q in range(num_parts)] for p in range(num_parts)]
-
+    layout = part_layout(graph, parts, counts)
     parent = os.path.dirname(os.path.abspath(out_dir)) or "."
-    check_free(parent, _written_bytes(graph, sum(map(sum, halo_rows))), f"partition {out_dir!r}")
+    check_free(parent, _written_bytes(graph, sum(map(sum, layout.halo_rows))), f"partition {out_dir!r}")
     tmp = staging_dir(parent, STAGING_PREFIX)  # .partition-<pid>-*: a killed run's is swept by the next one
     files = {}
     try:
         for p in range(num_parts):
-            old = order[starts[p]:starts[p + 1]]
-            lo, hi = group_ptr[p * num_parts], group_ptr[(p + 1) * num_parts]
-            edge_src = src[lo:hi].copy()
-            for q in range(num_parts):
-                a, b = group_ptr[p * num_parts + q] - lo, group_ptr[p * num_parts + q + 1] - lo
-                local = edge_src[a:b] - starts[q]
-                edge_src[a:b] = local if q == p else np.searchsorted(recv[p][q], local)
-            empty = np.zeros(0, dtype=np.int64)
-            recv_lists = [empty if q == p else recv[p][q] for q in range(num_parts)]
-            send_lists = [empty if q == p else recv[q][p] for q in range(num_parts)]
-            arrays = {
-                "features": graph.features[old],
-                "labels": graph.labels[old],
-                "train_mask": graph.train_mask[old],
-                "val_mask": graph.val_mask[old],
-                "test_mask": graph.test_mask[old],
-                "orig_ids": old.astype(np.int64),
-                "edge_src": edge_src.astype(np.int64),
-                "edge_dst": (dst[lo:hi] - starts[p]).astype(np.int64),
-                **({"node_type": graph.node_type[old].astype(np.int64), "edge_type": etype[lo:hi].astype(np.int64)}
-                   if graph.typed else {}),
-                "edge_ptr": (group_ptr[p * num_parts:(p + 1) * num_parts + 1] - lo).astype(np.int64),
-                "recv_rows": np.concatenate(recv_lists).astype(np.int64),
-                "recv_ptr": np.concatenate([[0], np.cumsum([r.size for r in recv_lists])]).astype(np.int64),
-                "send_rows": np.concatenate(send_lists).astype(np.int64),
-                "send_ptr": np.concatenate([[0], np.cumsum([r.size for r in send_lists])]).astype(np.int64),
-            }
             os.makedirs(os.path.join(tmp, f"part{p}"))
-            for name, arr in arrays.items():
+            for name, arr in part_arrays(graph, layout, p).items():
                 rel = f"part{p}/{name}.npy"
                 np.save(os.path.join(tmp, rel), np.ascontiguousarray(arr), allow_pickle=False)
                 files[rel] = file_sha256(os.path.join(tmp, rel))
             if progress:
                 progress(f"wrote part {p + 1}/{num_parts}")
-        manifest = {
-            "format_version": FORMAT_VERSION,
-            "graph": graph.name,
-            "source": source,
-            "method": method,
-            "seed": seed,
-            "num_parts": num_parts,
-            "num_nodes": n,
-            "num_edges": graph.num_edges,
-            "feature_dim": graph.feature_dim,
-            "num_classes": graph.num_classes,
-            "feature_dtype": str(graph.features.dtype),
-            "node_ranges": [[int(starts[p]), int(starts[p + 1])] for p in range(num_parts)],
-            "edges_per_shard": edges_per_shard.tolist(),
-            "halo_rows": halo_rows,
-            "train_nodes": int(graph.train_mask.sum()),
-            **(typed_manifest_fields(graph) if graph.typed else {}),
-            "files": files,
-        }
-        manifest["manifest_sha256"] = manifest_digest(manifest)
+        manifest = _manifest(graph, layout, source, method, seed, files)
         with open(os.path.join(tmp, "manifest.json"), "w") as f:
             json.dump(manifest, f, indent=1)
         _install(tmp, out_dir, force)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    return manifest
+
+
+def _manifest(graph: Graph, layout: PartLayout, source: str, method: str, seed: int, files: dict[str, str]) -> dict:
+    """The manifest of a partition of ``graph`` laid out as ``layout`` whose array files have the sha256 ``files``,
+    with its own checksum (``manifest_sha256``)."""
+    num_parts, starts = layout.num_parts, layout.starts
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "graph": graph.name,
+        "source": source,
+        "method": method,
+        "seed": seed,
+        "num_parts": num_parts,
+        "num_nodes": graph.num_nodes,
+        "num_edges": graph.num_edges,
+        "feature_dim": graph.feature_dim,
+        "num_classes": graph.num_classes,
+        "feature_dtype": str(graph.features.dtype),
+        "node_ranges": [[int(starts[p]), int(starts[p + 1])] for p in range(num_parts)],
+        "edges_per_shard": layout.edges_per_shard.tolist(),
+        "halo_rows": layout.halo_rows,
+        "train_nodes": int(graph.train_mask.sum()),
+        **(typed_manifest_fields(graph) if graph.typed else {}),
+        "files": files,
+    }
+    manifest["manifest_sha256"] = manifest_digest(manifest)
     return manifest
 
 

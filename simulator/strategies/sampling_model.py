@@ -63,7 +63,7 @@ from sarlab.simulator.hardware.profile import Link, Profile
 from sarlab.simulator.network.collectives import allreduce_seconds
 from sarlab.simulator.system.costs import CostModel
 from sarlab.simulator.system.runspec import Placement, RunSpec, resolve_placement
-from sarlab.simulator.workload.layers import layer_plans
+from sarlab.simulator.workload.layers import LayerPlan, layer_plans
 from sarlab.simulator.workload.model import ModelSpec
 from sarlab.simulator.workload.ops import Op, flatten_grads, loss_bwd, loss_fwd, optimizer_step
 from sarlab.simulator.workload.sampled_sizes import (
@@ -294,6 +294,47 @@ def message_link(profile: Profile, place: Placement, workers: int) -> tuple[Link
     return profile.intra_host, 1
 
 
+def _core_sharing(profile: Profile, place: Placement, costs: CostModel, work: list[Op]) -> tuple[float, float]:
+    """How co-located workers share the host's cores (module docstring): the stretch of a worker's CPU terms,
+    ``k / (1 + (min(k, C) - 1) eta)`` with ``eta`` the sharing efficiency of its step ops ``work``, and the CPU
+    seconds per byte it moves on the shared cores; ``(1, 0)`` where the placement gives no core slots."""
+    if place.core_slots is None:
+        return 1.0, 0.0
+    k_run = place.workers_per_host
+    stretch = k_run / (1.0 + (min(k_run, place.core_slots) - 1.0) * costs.share_eff(work, place.core_slots))
+    byte_cpu = 2.0 * profile.comm_cpu(place.workers_per_host)[1] * k_run / place.core_slots
+    return stretch, byte_cpu
+
+
+def _round_phase(profile: Profile, link: Link, workers: int, nic_share: int, msg: RoundMessages, sampler_s: float,
+                 stretch: float, byte_cpu: float) -> tuple[float, float, float, float]:
+    """One worker's sampling phase of one round: ``(cpu, wire, fetch_wire, bytes)``. ``cpu`` is the sampler's own
+    ``sampler_s``, the message software of the blocking exchanges and twice that of the fetch, stretched by the
+    core sharing, plus ``byte_cpu`` per byte of the round; ``wire`` the blocking exchanges' wire time,
+    ``fetch_wire`` the fetch's (:func:`exchange_seconds`), ``bytes`` all the round's messages."""
+    cpu, wire = sampler_s, 0.0
+    for nbytes in msg.blocking:
+        c, w = exchange_seconds(profile, link, workers, nbytes, nic_share)
+        cpu, wire = cpu + c, wire + w
+    c_rows, w_rows = exchange_seconds(profile, link, workers, msg.fetch, nic_share)
+    round_bytes = sum(msg.blocking) + msg.fetch
+    cpu = (cpu + 2.0 * c_rows) * stretch + byte_cpu * round_bytes
+    return cpu, wire, w_rows, round_bytes
+
+
+def _peak_bytes(plans: list[LayerPlan], batch: SampledSizes, rounds: list[SampledSizes], held_rounds: float,
+                features: int, b: float, num_nodes: int, params: int) -> float:
+    """A worker's peak above its baseline in a sampling epoch, in bytes of ``b`` per value: what every layer keeps
+    of a batch (``in_dim + 2 out_dim + agg_width`` values per row of its block, counted twice), 48 bytes per
+    batch edge, the batch's input rows, ``held_rounds`` copies of the largest round's tables (its input rows with
+    an 8-byte degree each, 16 bytes per sampled edge), 9 bytes per graph node and four copies of the parameters."""
+    kept = sum(batch.rows[i] * (pl.in_dim + 2 * pl.out_dim + pl.agg_width) for i, pl in enumerate(plans))
+    biggest = max(rounds, key=lambda s: float(s.rows[0]))
+    round_bytes_held = held_rounds * (biggest.rows[0] * (features * b + 8.0) + 16.0 * float(biggest.edges.sum()))
+    return (2.0 * kept * b + 48.0 * float(batch.edges.sum()) + batch.rows[0] * features * b + round_bytes_held
+            + 9.0 * num_nodes + 4.0 * params * b)
+
+
 def simulate_sampling_epoch(stats: PartitionStats, model: ModelSpec, sampling: SamplingSpec, profile: Profile,
                             degrees: DegreeDistribution | None = None, train_per_part: np.ndarray | None = None,
                             run: RunSpec | None = None, sampler: SamplerCosts | None = None) -> SamplingEpoch:
@@ -343,12 +384,7 @@ def simulate_sampling_epoch(stats: PartitionStats, model: ModelSpec, sampling: S
         act = float(batch.rows.max()) * max(max(pl.in_dim, pl.out_dim) for pl in plans) * b
         costs = CostModel(profile, place.threads, model.dtype, profile.scale_at(act))
         work = step_ops(model, stats, batch)
-        stretch = 1.0  # co-located workers share the host's cores (module docstring)
-        byte_cpu = 0.0
-        if place.core_slots is not None:
-            k_run = place.workers_per_host
-            stretch = k_run / (1.0 + (min(k_run, place.core_slots) - 1.0) * costs.share_eff(work, place.core_slots))
-            byte_cpu = 2.0 * profile.comm_cpu(place.workers_per_host)[1] * k_run / place.core_slots
+        stretch, byte_cpu = _core_sharing(profile, place, costs, work)
         t_cut = sampler.batch_seconds(batch) * sampler_scale
         t_ops = float(np.sum(costs.seconds(work)))
         step_cpu = (t_cut + t_ops + sampler.step_s * sampler_scale) * stretch + byte_cpu * grad_bytes
@@ -359,28 +395,17 @@ def simulate_sampling_epoch(stats: PartitionStats, model: ModelSpec, sampling: S
         for r, nb in enumerate(per_round):
             size = rounds[nb]
             msg = round_messages(size, sampling.fanouts, N, float(stats.nodes_per_part[p]), F * b)
-            cpu = sampler.round_seconds(size) * sampler_scale
-            wire = 0.0
-            for nbytes in msg.blocking:
-                c, w = exchange_seconds(profile, link, N, nbytes, nic_share)
-                cpu, wire = cpu + c, wire + w
-            c_rows, w_rows = exchange_seconds(profile, link, N, msg.fetch, nic_share)
-            round_bytes = sum(msg.blocking) + msg.fetch
-            cpu = (cpu + 2.0 * c_rows) * stretch + byte_cpu * round_bytes
+            cpu, wire, wire_fetch[p, r], round_bytes = _round_phase(
+                profile, link, N, nic_share, msg, sampler.round_seconds(size) * sampler_scale, stretch, byte_cpu)
             sample_r[p, r] = cpu + wire + len(msg.blocking) * sync
-            wire_fetch[p, r] = w_rows
             compute[p] += cpu
             recv += round_bytes
             round_rows[p] += float(size.rows[0])
             round_edges[p] += float(size.edges.sum())
         sample_s[p] += float(sample_r[p].sum())
         sent[p] = recv
-        kept = sum(batch.rows[i] * (pl.in_dim + 2 * pl.out_dim + pl.agg_width) for i, pl in enumerate(plans))
-        biggest = max(rounds.values(), key=lambda s: float(s.rows[0]))
         held_rounds = 2.0 if sampling.prefetch and R > 1 else 1.0  # the next round's rows arrive meanwhile
-        round_bytes_held = held_rounds * (biggest.rows[0] * (F * b + 8.0) + 16.0 * float(biggest.edges.sum()))
-        peak[p] = (2.0 * kept * b + 48.0 * float(batch.edges.sum()) + batch.rows[0] * F * b + round_bytes_held
-                   + 9.0 * stats.num_nodes + 4.0 * params * b)
+        peak[p] = _peak_bytes(plans, batch, list(rounds.values()), held_rounds, F, b, stats.num_nodes, params)
     waits = np.zeros((N, R))
     for r in range(R):
         hidden = per_round[r - 1] * float(step_time.max()) if sampling.prefetch and r > 0 else 0.0

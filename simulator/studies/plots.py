@@ -22,13 +22,11 @@ def _pyplot():
 
 
 def _save(fig, path: str | Path) -> Path:
-    """Lay ``fig`` out, write it as a PNG at ``path`` (its folder created), close it, and return the path."""
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    _pyplot().close(fig)
-    return path
+    """``fig`` laid out and written at 110 dpi by :func:`sarlab.common.figures.save_figure` (imported here, so that
+    importing this module loads no matplotlib)."""
+    from sarlab.common.figures import save_figure
+
+    return save_figure(fig, path, dpi=110)
 
 
 def _shown_ranks(workers: int, max_workers: int) -> list[int]:

@@ -250,29 +250,8 @@ class EpochPricing:
         gather = gather_only + call
         one_prep = cost(plan.copy_rows(n)) + np.asarray(gather_only).sum(axis=1) + call
         wb = plan.width * self.b
-        shard_transient = shard_transient_bytes(plan, E, nd, num_src)
-        shard_bwd_transient = shard_bwd_transient_bytes(plan, E, nd, num_src)
-        one_transient = shard_transient_bytes(plan, e_all, n, n + halo_in)
-        one_bwd_transient = shard_bwd_transient_bytes(plan, e_all, n, n + halo_in)
-        if plan.kind == "sage" and plan.case == 1:
-            # mean: oneshot's shard_vjp divides the output gradient by the degree (the ring modes scale it
-            # once for all shards, the local one included, and that copy is booked with the ring rounds)
-            one_bwd_transient = one_bwd_transient + n * plan.width * self.b
-        if plan.kind == "gat" and not plan.autograd and plan.self_loops:
-            # the local shard's VJP (and oneshot's one) is followed by the self-loop terms' VJP while its
-            # row and destination gradients are still held: those two, the self-loop gradient and its
-            # concatenation, and n x H temporaries; the peak of that phase may exceed the kernel's
-            hc, heads, b = plan.heads * plan.channels, plan.heads, self.b
-            held = n * (3 * hc + 9 * heads) * b
-            shard_bwd_transient = with_diagonal(
-                shard_bwd_transient, np.maximum(np.diag(shard_bwd_transient), n * (hc + heads) * b + held)
-            )
-            one_bwd_transient = np.maximum(one_bwd_transient, (n + halo_in) * (hc + heads) * b + held)
-        if plan.kind == "sage" and plan.case == 2:
-            # max: the local shard's row gradient (csr_max_backward's fresh n x w output) lives until the ring
-            # modes have added it into the source gradient; a remote one is the send buffer, oneshot's the
-            # gradient of [own; halo] (both booked by the schedule)
-            shard_bwd_transient = with_diagonal(shard_bwd_transient, np.diag(shard_bwd_transient) + n * wb)
+        shard_transient, shard_bwd_transient, one_transient, one_bwd_transient = self._temporaries(
+            plan, n, E, num_src, e_all, halo_in)
         mems = [layer_memory(plan, int(k)) for k in st.nodes_per_part]
         one_kept = shard_kept_bytes(plan, e_all, n) if plan.keeps_edge_tensors else 0.0
         if not self.ring and plan.records and not plan.autograd:
@@ -312,6 +291,37 @@ class EpochPricing:
             mem=self._memory(mems),
             finalize_transient=self._part(finalize_transient_bytes(plan, n)),
         )
+
+    def _temporaries(self, plan: LayerPlan, n: np.ndarray, E: np.ndarray, num_src: np.ndarray, e_all: np.ndarray,
+                     halo_in: np.ndarray) -> tuple[Any, Any, Any, Any]:
+        """Temporaries of the layer's shard kernels while they run: ``shard_transient``, ``shard_bwd_transient``
+        (``[p][q]``) and oneshot's ``one_transient``, ``one_bwd_transient`` (per worker), with what the backward
+        holds beside the kernel (SAGE mean's scaled gradient, GAT's self-loop terms, max's local row gradient)."""
+        nd, wb = n[:, None], plan.width * self.b
+        shard_transient = shard_transient_bytes(plan, E, nd, num_src)
+        shard_bwd_transient = shard_bwd_transient_bytes(plan, E, nd, num_src)
+        one_transient = shard_transient_bytes(plan, e_all, n, n + halo_in)
+        one_bwd_transient = shard_bwd_transient_bytes(plan, e_all, n, n + halo_in)
+        if plan.kind == "sage" and plan.case == 1:
+            # mean: oneshot's shard_vjp divides the output gradient by the degree (the ring modes scale it
+            # once for all shards, the local one included, and that copy is booked with the ring rounds)
+            one_bwd_transient = one_bwd_transient + n * plan.width * self.b
+        if plan.kind == "gat" and not plan.autograd and plan.self_loops:
+            # the local shard's VJP (and oneshot's one) is followed by the self-loop terms' VJP while its
+            # row and destination gradients are still held: those two, the self-loop gradient and its
+            # concatenation, and n x H temporaries; the peak of that phase may exceed the kernel's
+            hc, heads, b = plan.heads * plan.channels, plan.heads, self.b
+            held = n * (3 * hc + 9 * heads) * b
+            shard_bwd_transient = with_diagonal(
+                shard_bwd_transient, np.maximum(np.diag(shard_bwd_transient), n * (hc + heads) * b + held)
+            )
+            one_bwd_transient = np.maximum(one_bwd_transient, (n + halo_in) * (hc + heads) * b + held)
+        if plan.kind == "sage" and plan.case == 2:
+            # max: the local shard's row gradient (csr_max_backward's fresh n x w output) lives until the ring
+            # modes have added it into the source gradient; a remote one is the send buffer, oneshot's the
+            # gradient of [own; halo] (both booked by the schedule)
+            shard_bwd_transient = with_diagonal(shard_bwd_transient, np.diag(shard_bwd_transient) + n * wb)
+        return shard_transient, shard_bwd_transient, one_transient, one_bwd_transient
 
     @staticmethod
     def _oneshot_output(mems: list[LayerMemory], transient: Any, kept: Any) -> tuple[list[LayerMemory], Any, Any]:
