@@ -57,7 +57,7 @@ class Job:
         timeout_s: bound on any collective or point-to-point wait, and on rendezvous.
         threads: intra-op threads per worker (0: cores // workers).
         fault: optional injected failure (tests).
-        quiet: rank 0 prints no per-epoch progress.
+        quiet: rank 0 logs no per-epoch progress (the epoch lines are INFO records).
         label: free text copied into every metric record.
         variants: for ``verify``: several (model, engine, dtype) to check in one process group.
         memray_dir: if set, every rank records its allocations with memray into ``rank{r}.bin`` there

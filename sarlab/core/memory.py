@@ -3,7 +3,7 @@
 Two methods (:data:`METHODS`), chosen once per process with :func:`use_method` before any tensor is made:
 
 * ``live`` (the default of workers): torch's CPU allocator is replaced by a counting one
-  (:mod:`kernels.alloc`); the peak is the most live tensor bytes. It costs two atomic adds per allocation, so
+  (:mod:`sarlab.kernels.alloc`); the peak is the most live tensor bytes. It costs two atomic adds per allocation, so
   large freed blocks can be kept for reuse (a cache bounded by the run's live peak) instead of being
   unmapped and faulted in afresh every time. Non-tensor memory (gloo buffers, Python objects, index arrays
   held by numpy) is not counted: on the engine's workloads it is 1-4 % of the peak above the baseline.
