@@ -130,13 +130,13 @@ def run_unit(unit: str, params: dict[str, Any], out: Path, cache: Path | None, l
     return provenance
 
 
-def mark_smoke(out: Path, outputs: dict[str, str]) -> None:
+def mark_smoke(out: Path, files: dict[str, str]) -> None:
     """Mark a smoke-sized unit's outputs with :data:`~sarlab.common.tables.SMOKE_MARK`: a red band above each PNG
     (and the PNG's Description), a first line in each Markdown table; the CSVs keep their columns (the step's
     manifest says ``"run": "quick"``)."""
     import matplotlib.pyplot as plt
 
-    for name in outputs:
+    for name in files:  # in the unit's staging directory: run_unit moves them into --out afterwards
         path = out / name
         if name.endswith(".md"):
             path.write_text(f"**{SMOKE_MARK}**\n\n{path.read_text()}")
