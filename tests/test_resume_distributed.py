@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli
+from conftest import cli_here, run_cli
 
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.partition import partition
@@ -54,10 +54,19 @@ def _same(a: dict, b: dict) -> bool:
                                                    np.array([b[k] for k in sorted(b)]), equal_nan=True)
 
 
+@pytest.fixture(scope="module")
+def whole(parts, tmp_path_factory) -> tuple[list[dict], object]:
+    """The uninterrupted 6-epoch run on 2 workers that both resume tests compare with (records, its folder with
+    whole_model.pt and whole_pred.pt): one run for both."""
+    folder = tmp_path_factory.mktemp("whole")
+    records = _train(parts[2], 2, 6, folder, "whole", "--save-model", str(folder / "whole_model.pt"),
+                     "--predict", str(folder / "whole_pred.pt"))
+    return records, folder
+
+
 @pytest.mark.timeout(1200)
-def test_resume_2_to_2_is_bit_identical_and_2_to_4_within_1e10(parts, tmp_path):
-    whole = _train(parts[2], 2, 6, tmp_path, "whole", "--save-model", str(tmp_path / "whole_model.pt"),
-                   "--predict", str(tmp_path / "whole_pred.pt"))
+def test_resume_2_to_2_is_bit_identical_and_2_to_4_within_1e10(parts, whole, tmp_path):
+    whole, folder = whole
     _train(parts[2], 2, 3, tmp_path, "first", "--checkpoint", str(tmp_path / "ck3"))
     assert load_checkpoint(str(tmp_path / "ck3"))["epochs_done"] == 3
     same = _train(parts[2], 2, 6, tmp_path, "same", "--resume", str(tmp_path / "ck3"),
@@ -69,18 +78,18 @@ def test_resume_2_to_2_is_bit_identical_and_2_to_4_within_1e10(parts, tmp_path):
     losses = np.array([reference[e][0] for e in sorted(reference)])
     other = np.array([_curve(more)[e][0] for e in sorted(reference)])
     assert np.abs(other - losses).max() / np.abs(losses).max() <= 1e-10
-    a = load_model(str(tmp_path / "whole_model.pt")).state_dict()
+    a = load_model(str(folder / "whole_model.pt")).state_dict()
     b = load_model(str(tmp_path / "same_model.pt")).state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
-    pred = {k: torch.load(str(tmp_path / f"{k}_pred.pt"), weights_only=True)["outputs"]
+    pred = {k: torch.load(str((folder if k == "whole" else tmp_path) / f"{k}_pred.pt"), weights_only=True)["outputs"]
             for k in ("whole", "same", "more")}
     assert pred["whole"].shape == (400, 4) and torch.equal(pred["same"], pred["whole"])
     torch.testing.assert_close(pred["more"], pred["whole"], rtol=1e-9, atol=1e-10)
 
 
 @pytest.mark.timeout(900)
-def test_a_run_killed_mid_way_resumes_from_its_last_checkpoint(parts, tmp_path):
-    whole = _train(parts[2], 2, 6, tmp_path, "whole")
+def test_a_run_killed_mid_way_resumes_from_its_last_checkpoint(parts, whole, tmp_path):
+    whole, _ = whole
     ck = str(tmp_path / "ck")
     _train(parts[2], 2, 6, tmp_path, "dies", "--checkpoint", ck, "--checkpoint-every", "2",
            "--inject-fault", "1:5:raise", ok=False)
@@ -98,9 +107,9 @@ def test_checkpoint_and_outputs_never_overwrite(parts, tmp_path):
     for extra, needle in ((["--predict", str(tmp_path / "pred.npz")], "already holds a sarlab predictions"),
                           (["--checkpoint", ck, "--hidden", "32"], "model.hidden: checkpoint 16, this run 32"),
                           (["--resume", ck, "--hidden", "32"], "model.hidden: checkpoint 16, this run 32")):
-        res = run_cli(["train", "--graph", parts[2], "--workers", "2", "--epochs", "3", *MODEL, *extra], timeout=300)
+        res = cli_here(["train", "--graph", parts[2], "--workers", "2", "--epochs", "3", *MODEL, *extra])
         assert res.returncode == 2 and needle in res.stderr, res.stdout + res.stderr
     for extra in (["--checkpoint", ck], ["--resume", ck], ["--checkpoint", ck, "--resume", "auto"]):
-        res = run_cli(["train", "--graph", parts[2], "--workers", "2", "--epochs", "2", *MODEL, *extra], timeout=300)
+        res = cli_here(["train", "--graph", parts[2], "--workers", "2", "--epochs", "2", *MODEL, *extra])
         assert res.returncode == 0 and "already done 2 epochs" in res.stderr, res.stdout + res.stderr
     assert open(os.path.join(ck, "checkpoint.pt"), "rb").read() == before
