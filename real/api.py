@@ -43,6 +43,7 @@ from sarlab.real.launch.launcher import launch, preflight
 from sarlab.real.launch.netspec import NetSpec
 from sarlab.real.launch.prepare import prepare_partition, progress
 from sarlab.real.launch.worker import run_from_env
+from sarlab.strategies.registry import input_width
 from sarlab.training import checkpoint
 from sarlab.training.trainer import DTYPES, TrainConfig
 
@@ -139,7 +140,7 @@ def _partition(graph: str | Graph | object, world: int, method: str, seed: int, 
 
 def _check_model_fn(model_fn: Callable, manifest: dict, cfg: ModelConfig, train: TrainConfig):
     """Build the user's model once here (clear errors before any worker starts); returns its ``cfg``."""
-    in_dim = manifest["feature_dim"] + (manifest["num_classes"] if train.label_aug else 0)
+    in_dim = input_width(train, manifest["feature_dim"], manifest["num_classes"])
     module = custom_model.build(model_fn, in_dim, manifest["num_classes"], cfg.seed, train.dtype)
     if pyg.is_pyg_model(module):
         pyg.attach(module).remove()  # a layer that cannot run exactly on shards is refused here, in one line
@@ -165,7 +166,7 @@ def _output_sizes(manifest: dict, cfg: ModelConfig, train: TrainConfig, model_fn
     item = torch.empty((), dtype=DTYPES[train.dtype]).element_size()
     needs = [(predict_path, manifest["num_nodes"] * manifest["num_classes"] * item, "--predict")]
     if model_fn is None:
-        in_dim = manifest["feature_dim"] + (manifest["num_classes"] if train.label_aug else 0)
+        in_dim = input_width(train, manifest["feature_dim"], manifest["num_classes"])
         model = GNN(cfg, in_dim, manifest["num_classes"], num_relations=manifest.get("num_relations", 1))
         weights = sum(p.numel() for p in model.parameters()) * item
         needs += [(save_model, weights, "--save-model"), (checkpoint_dir, 3 * weights, "--checkpoint")]
@@ -202,8 +203,9 @@ def run(graph: str | Graph | object, *, workers: int | None = None, model: Model
         backend, timeout_s, threads, port, memory: as ``sarlab train``'s ``--backend --timeout --threads --port
             --memory``; ``run_timeout_s`` bounds the whole run.
         label, fault: free text in every record; an injected failure (tests).
-        quiet: no progress lines (per epoch, partitioning, kernels) on stderr, only warnings; False shows them
-            (on stderr unless logging is configured to send sarlab's lines elsewhere).
+        quiet: no progress lines (per epoch, partitioning, kernels), only warnings; False shows them (the epoch
+            lines on stdout as ``sarlab train`` shows them, the others on stderr; a caller's logging at WARNING
+            hides them all, in the worker processes too).
         checkpoint_dir, checkpoint_every, resume_dir, save_model, predict_path: as ``--checkpoint
             --checkpoint-every --resume --save-model --predict`` (files written by rank 0).
         on_partition: called with the partition directory before any worker starts (the CLI checks dimensions).
@@ -275,7 +277,7 @@ def _run(graph, *, workers, model, model_fn, train, epochs, engine, sampling, ne
             if not os.path.exists(state_path):  # a torchrun rank other than 0: rank 0 wrote its own files
                 return RunResult(records, None, None, None)
             state = torch.load(state_path, map_location="cpu", weights_only=True)["state"]
-        in_dim = manifest["feature_dim"] + (manifest["num_classes"] if train.label_aug else 0)
+        in_dim = input_width(train, manifest["feature_dim"], manifest["num_classes"])
         if model_fn is not None:
             fresh = custom_model.build(model_fn, in_dim, manifest["num_classes"], cfg.seed, train.dtype)
         else:

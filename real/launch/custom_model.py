@@ -240,7 +240,7 @@ def install(trainer: Trainer, model_fn: Callable, seed: int) -> None:
     """Replace the trainer's built-in model by the one ``model_fn`` builds (same seed on every rank), with a
     fresh Adam over its parameters (the trainer's learning rate and weight decay)."""
     cfg = trainer.train_cfg
-    in_dim = trainer.part.feature_dim + (trainer.part.num_classes if cfg.label_aug else 0)
+    in_dim = trainer.in_dim  # features widened by every switched-on strategy (label augmentation: + classes)
     module = build(model_fn, in_dim, trainer.part.num_classes, seed, cfg.dtype)
     module.cfg = config_of(module, seed)
     module.sarlab_factory = factory_path(model_fn)  # what a saved model is rebuilt from (save_model)
