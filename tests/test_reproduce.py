@@ -1,7 +1,8 @@
 """`sarlab reproduce --quick`: every figure with its CSV, manifests that say measured or simulated, a second
 run that does nothing, --force and changed parameters that re-run a step.
 
-The quick run is a subprocess with a timeout; its output is shown when it fails or hangs.
+The runs are subprocesses with a timeout (their output is shown when they fail or hang); the refusal and the dry run
+of every step, which start nothing, run in this process.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import ROOT
+from conftest import ROOT, cli_here
 
 from sarlab.real.reproduce.reproduce_plan import build_plan, select_steps, unit_outputs
 
@@ -107,35 +108,40 @@ def test_second_run_is_a_no_op(quick):
 
 @pytest.mark.timeout(300)
 def test_force_and_changed_parameters_rerun_a_step(quick):
+    """--force and a changed parameter each make an up-to-date step (test_second_run_is_a_no_op) run again, and only
+    that step. The decision, ``units_to_run``, is the same for a dry run and a real one: a dry run shows it for
+    --force, the changed parameter runs the step for real (one fig5_fig6 run instead of two)."""
     out, _, _ = quick
     fig2_png = next(out.glob("fig2_*.png"))
     fig2_before = fig2_png.stat().st_mtime_ns
     fig5_png = next(out.glob("fig5_*.png"))
     before = fig5_png.stat().st_mtime_ns
-    reproduce(["--quick", "--out", str(out), "--force", "--only", "fig5", "--json", str(out / "force.json")],
-              timeout=180)
-    steps = summary(out / "force.json")
-    assert list(steps) == ["fig5_fig6"] and steps["fig5_fig6"]["status"] == "ran"
-    assert fig5_png.stat().st_mtime_ns != before
-    assert fig2_png.stat().st_mtime_ns == fig2_before
+
+    reproduce(["--quick", "--out", str(out), "--dry-run", "--force", "--only", "fig5", "--json",
+               str(out / "force.json")], timeout=120)
+    assert {k: v["status"] for k, v in summary(out / "force.json").items()} == {"fig5_fig6": "would-run"}
+    assert fig5_png.stat().st_mtime_ns == before  # a dry run runs nothing
     # a changed parameter (another machine profile) re-runs the step without --force
     reproduce(["--quick", "--out", str(out), "--only", "fig6", "--profile", "reference-laptop",
                "--json", str(out / "profile.json")], timeout=180)
-    assert summary(out / "profile.json")["fig5_fig6"]["status"] == "ran"
+    steps = summary(out / "profile.json")
+    assert list(steps) == ["fig5_fig6"] and steps["fig5_fig6"]["status"] == "ran"
+    assert fig5_png.stat().st_mtime_ns != before
+    assert fig2_png.stat().st_mtime_ns == fig2_before
     manifest = json.loads((out / "reproduce_fig5_fig6.json").read_text())
     assert {e["provenance"]["profile"] for e in manifest["units"].values()} == {"reference-laptop"}
 
 
 def test_unknown_step_is_refused(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "sarlab.real.reproduce.reproduce", "--quick", "--only", "fig9",
-                          "--out",
-                          str(tmp_path)], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    res = cli_here(["reproduce", "--quick", "--only", "fig9", "--out", str(tmp_path)])  # refused before any work
     assert res.returncode == 2 and "unknown step 'fig9'" in res.stderr, res.stderr
+    assert not list(tmp_path.iterdir())
 
 
 def test_dry_run_lists_figures_7_8_and_the_accuracy_table(tmp_path):
     """Without --only every step is planned, the three training steps included, each with the files it writes."""
-    res = reproduce(["--quick", "--dry-run", "--out", str(tmp_path), "--json", str(tmp_path / "dry.json")], timeout=240)
+    res = cli_here(["reproduce", "--quick", "--dry-run", "--out", str(tmp_path), "--json", str(tmp_path / "dry.json")])
+    assert res.returncode == 0, res.stdout + res.stderr  # in this process: a dry run starts nothing
     steps = summary(tmp_path / "dry.json")
     assert list(steps) == [*STEPS, "fig7", "fig8", "accuracy"], res.stdout
     assert all(s["status"] == "would-run" for s in steps.values())
