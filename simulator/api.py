@@ -25,8 +25,8 @@ from sarlab.simulator.strategies.cost_model import (
     resources_json,
 )
 from sarlab.simulator.strategies.planner import Workloads, candidates, picks
-from sarlab.simulator.strategies.sampling_model import SamplingSpec, parse_fanouts
 from sarlab.simulator.strategies.predictor import STRATEGIES, sweep_strategies
+from sarlab.simulator.strategies.sampling_model import SamplingSpec, parse_fanouts
 from sarlab.simulator.studies.validate import validate  # noqa: F401 (``sarlab simulate --validate``'s door)
 from sarlab.simulator.system.sweep import simulate_sweep, summarize_sweep
 from sarlab.simulator.workload.model import ModelSpec, parse_model

@@ -13,8 +13,8 @@ from sarlab.data.graphs import load_graph
 from sarlab.data.partition import is_partition_dir, partition
 from sarlab.simulator.hardware.profile import Profile
 from sarlab.simulator.strategies.cost_model import GIB, Resource, resource_profile, run_cost, value
-from sarlab.simulator.strategies.sampling_model import SamplingSpec
 from sarlab.simulator.strategies.predictor import predict
+from sarlab.simulator.strategies.sampling_model import SamplingSpec
 from sarlab.simulator.workload.model import ModelSpec
 from sarlab.simulator.workload.sampled_sizes import DegreeDistribution, degrees_from_partition, train_nodes_per_part
 from sarlab.simulator.workload.workload import load_manifest, resolve_workload
