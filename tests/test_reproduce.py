@@ -96,14 +96,12 @@ def test_manifests_record_measured_or_simulated(quick):
 
 @pytest.mark.timeout(300)
 def test_second_run_is_a_no_op(quick):
-    out, _, first_seconds = quick
+    out, _, _ = quick
     before = {p.name: p.stat().st_mtime_ns for p in out.glob("*.png")}
-    start = time.perf_counter()
     res = reproduce(["--quick", *ONLY, "--out", str(out), "--json", str(out / "second.json")], timeout=120)
-    seconds = time.perf_counter() - start
+    # nothing ran (every step up to date) and nothing was rewritten; no wall-time bound, which a loaded machine breaks
     assert all(s["status"] == "up-to-date" for s in summary(out / "second.json").values()), res.stdout
     assert {p.name: p.stat().st_mtime_ns for p in out.glob("*.png")} == before
-    assert seconds < max(20.0, first_seconds / 3), (seconds, first_seconds)
 
 
 @pytest.mark.timeout(300)
