@@ -107,6 +107,12 @@ def simulate_parser() -> argparse.ArgumentParser:
                    "prices each record with the backend of its own `backend` column instead")
     p.add_argument("--network", default="reserve", choices=("reserve", "simpy"),
                    help="NIC channel implementation (default: %(default)s)")
+    _output_arguments(p)
+    return p
+
+
+def _output_arguments(p: argparse.ArgumentParser) -> None:
+    """``sarlab simulate``'s outputs (records, plots, JSON, --force) and its validation against real records."""
     p.add_argument("--out", metavar="CSV", help="write the per-rank records (metric-record columns) here")
     p.add_argument("--plots", metavar="DIR", help="write Gantt and memory PNGs (and a scaling plot) into DIR "
                    "(simulator_gantt_*.png, simulator_memory_*.png, simulator_scaling.png)")
@@ -129,7 +135,6 @@ def simulate_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true",
                    help="replace output files that already exist and this command did not write (files in sarlab's "
                    "cache, such as the default --validation-out, are replaced without it)")
-    return p
 
 
 def check_outputs(args: argparse.Namespace) -> None:
