@@ -21,8 +21,8 @@ from sarlab.training.trainer import TrainConfig
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: (graph, workers, hidden); measured
 MEASURED = [("planetoid:cora", 2, h) for h in (16, 256, 4096, 30000)] + \
-           [("planetoid:cora", w, 64) for w in (1, 4, 8, 16)] + \
-           [(f"synthetic:nodes={n},degree=10,features=32,classes=8", 2, 64) for n in (1000, 10000, 100000, 1000000)]
+           [("planetoid:cora", w, 64) for w in (1, 4, 8, 16, 32)] + \
+           [(f"synthetic:nodes={n},degree=10,features=32,classes=8", 2, 64) for n in (1000, 10000, 100000, 1000000, 3000000)]
 #: estimated only (refused here or too large to measure on this machine)
 ESTIMATED = [("planetoid:cora", 2, 100000), ("planetoid:cora", 64, 64),
              ("synthetic:nodes=10000000,degree=10,features=32,classes=8", 2, 64),
