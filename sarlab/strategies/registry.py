@@ -70,7 +70,13 @@ def record_defaults() -> dict:
 def input_width(train_cfg: Any, feature_dim: int, num_classes: int, engine_cfg: Any = None) -> int:
     """The model's input width for a run: ``feature_dim`` widened by every switched-on strategy (label
     augmentation: ``+ num_classes``)."""
+    active = {name: STRATEGIES[name](config) for name, config in configure(train_cfg, engine_cfg).items()}
+    return widen(active, feature_dim, num_classes)
+
+
+def widen(active: dict[str, Strategy], feature_dim: int, num_classes: int) -> int:
+    """``feature_dim`` widened by each of the switched-on strategies ``active``, in their order."""
     width = feature_dim
-    for name, config in configure(train_cfg, engine_cfg).items():
-        width = STRATEGIES[name](config).input_width(width, num_classes)
+    for strategy in active.values():
+        width = strategy.input_width(width, num_classes)
     return width

@@ -104,9 +104,7 @@ class Trainer:
         self.x = torch.from_numpy(a["features"]).to(dtype)
         self.y = torch.from_numpy(a["labels"]).long()
         self.masks = {k: torch.from_numpy(a[f"{k}_mask"]).bool() for k in ("train", "val", "test")}
-        self.in_dim = part.feature_dim
-        for strategy in self.strategies.values():
-            self.in_dim = strategy.input_width(self.in_dim, part.num_classes)
+        self.in_dim = registry.widen(self.strategies, part.feature_dim, part.num_classes)
         self.model = GNN(model_cfg, self.in_dim, part.num_classes, num_relations=part.num_relations).to(dtype)
         self.params = [p for p in self.model.parameters()]
         self.opt = torch.optim.Adam(self.params, lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
