@@ -86,7 +86,9 @@ def test_calibrate_quick(tmp_path):
 
 def test_first_use_memory_probe():
     """The probe runs in a fresh interpreter and reports a non-negative RSS growth per op family."""
-    result, transients = bench_first_use(Findings())
+    found = Findings()
+    result, transients = bench_first_use(found)
+    assert found.raw["first_use"] == result
     assert {"autograd", "spmm", "max_aggr", "gat_unfused"} <= set(result)
     assert all(v >= 0 for v in result.values())
     if transients:  # measured where VmHWM can be reset

@@ -18,8 +18,9 @@ from sarlab.simulator.calibration.calibration import Calibration
 #: step (:func:`sarlab.real.calibration.engine_runs.bench_engine`) runs each pass in one process (~7 s of imports):
 #: quick one pass of 6 tiny runs; full two passes of 2 rss runs at 35,000 nodes (~1.5 s an epoch) and 6 live runs
 #: (~0.5 s an epoch under live at 12,500 nodes, ~2 s at 100,000), 3 epochs each: an estimate from the
-#: 2026-11-27 rss and live epochs, to be checked on a quiet machine
-FIXED_S = {"memory": (1.0, 8.0), "network": (12.0, 45.0), "engine": (10.0, 80.0)}
+#: 2026-11-27 rss and live epochs, to be checked on a quiet machine. The full memory step runs the first-use probe
+#: under rss (one interpreter per family) and under live (one interpreter, ~9 s measured at a load of 2.8)
+FIXED_S = {"memory": (1.0, 17.0), "network": (12.0, 45.0), "engine": (10.0, 80.0)}
 #: timed calls of one op family's shapes (quick, full) and of one thread count of its slowest shape
 OP_BASE_S, OP_PER_COUNT_S = (1.0, 4.0), (0.3, 0.6)
 #: a load average above this share of the cores means other processes compete for them

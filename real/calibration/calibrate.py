@@ -9,7 +9,9 @@ The steps, in order (each a :func:`sarlab.real.calibration.harness.quiet_step`):
 2. co-located ranks of ``T`` threads, one alone and ``C / T`` at once, for ``T`` = 1 and ``C/2``
    (:func:`sarlab.real.calibration.hostbench.bench_share`; ``share_eff`` and ``OpCost.colocation``, read by the
    host model :mod:`sarlab.simulator.hardware.host`);
-3. the allocator and the memory an op family adds on first use (:mod:`sarlab.real.calibration.hostbench`);
+3. the allocator and the memory an op family adds on first use, under each memory method: resident bytes (``rss``)
+   and tensor bytes left live (``live``, the workers' default) (:mod:`sarlab.real.calibration.hostbench`,
+   ``Profile.first_use_memory``);
 4. gloo point-to-point between two local processes (:func:`sarlab.real.calibration.hostbench.bench_network`),
    then the software cost of posting and waiting for messages on 2, 4 and 8 local ranks
    (:func:`sarlab.real.calibration.hostbench.bench_messages`; not a quiet step: it alternates world sizes
@@ -142,24 +144,30 @@ def _measure_colocation(cal: Calibration, found: Findings, cores: int, ops: dict
     return ops
 
 
-def _measure_memory(cal: Calibration, found: Findings) -> tuple[float, dict[str, float], dict[str, float]]:
-    """Step 3: resident bytes per tensor byte, first-use bytes per family, sparse-kernel temporaries (a check)."""
+def _measure_memory(cal: Calibration, found: Findings) -> tuple[float, dict[str, dict[str, float]], dict[str, float]]:
+    """Step 3: resident bytes per tensor byte, first-use bytes per family under each memory method
+    (``{method: {family: bytes}}``, :attr:`Profile.first_use_memory`), sparse-kernel temporaries (a check)."""
     factor = bench_allocator(found)
-    first_use: dict[str, float] = {}
+    first_use: dict[str, dict[str, float]] = {}
     transients: dict[str, float] = {}
     if cal.quick:
         found.notes.append("first-use memory not measured (--quick); run a full calibration for it")
     else:
-        try:
-            first_use, transients = bench_first_use(found)
-        except (subprocess.SubprocessError, OSError, ValueError, IndexError, KeyError) as err:
-            found.notes.append(f"first-use memory not measured ({type(err).__name__}: {err})")
+        for memory in ("rss", "live"):
+            try:
+                measured, kernel = bench_first_use(found, memory)
+            except (subprocess.SubprocessError, OSError, ValueError, IndexError, KeyError) as err:
+                found.notes.append(f"first-use memory under {memory} not measured ({type(err).__name__}: {err})")
+                continue
+            if measured:
+                first_use[memory] = measured
+            transients = transients or kernel
         if not transients:
             found.notes.append("sparse-kernel temporaries not measured (VmHWM cannot be reset here)")
-    cal.log(
-        f"    resident bytes per tensor byte {factor:.3f}; first use (MiB): "
-        + ", ".join(f"{k} {v / 2**20:.1f}" for k, v in first_use.items())
-    )
+    for memory, measured in first_use.items():
+        cal.log(f"    first use under {memory} (MiB): "
+                + ", ".join(f"{k} {v / 2**20:.1f}" for k, v in measured.items()))
+    cal.log(f"    resident bytes per tensor byte {factor:.3f}")
     if transients:
         cal.log("    sparse-kernel temporaries (a check, not priced): "
                 + ", ".join(f"{k} {v:.3g}" for k, v in transients.items()))
@@ -378,7 +386,8 @@ def calibrate(cal: Calibration | None = None, name: str = "local") -> Profile:
         p2p_cpu_s_per_byte=cpu_per_byte,
         progress_spread=spread,
         mem_overhead_factor=factor,
-        first_use_bytes=first_use,
+        first_use_bytes=first_use.get("rss", {}),
+        first_use_memory=first_use if "live" in first_use else {},
         transient_bytes=transients,
         llc_bytes=float(found.raw.get("llc_bytes", 0.0)),
         notes=(

@@ -51,11 +51,13 @@ def bench_allocator(found: Findings) -> float:
     return factor
 
 
-def bench_first_use(found: Findings) -> tuple[dict[str, float], dict[str, float]]:
-    """Resident bytes per op family on first use, and the sparse products' temporaries, from a fresh
-    process (:mod:`sarlab.real.calibration.memprobe`)."""
+def bench_first_use(found: Findings, memory: str = "rss") -> tuple[dict[str, float], dict[str, float]]:
+    """Bytes per op family on first use as ``memory`` counts them (``rss``: resident bytes; ``live``: tensor bytes
+    left live), and under ``rss`` the sparse products' temporaries, from a fresh process
+    (:mod:`sarlab.real.calibration.memprobe`); ``found.raw["first_use"]`` holds ``rss``'s,
+    ``found.raw["first_use_live"]`` ``live``'s."""
     out = subprocess.run(
-        module_command("memprobe"),
+        module_command("memprobe", "--memory", memory),
         capture_output=True,
         text=True,
         env=module_env(),
@@ -64,8 +66,9 @@ def bench_first_use(found: Findings) -> tuple[dict[str, float], dict[str, float]
         check=True,
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    found.raw["first_use"] = result["first_use"]
-    found.raw["transients"] = result["transients"]
+    found.raw["first_use" if memory == "rss" else f"first_use_{memory}"] = result["first_use"]
+    if memory == "rss":
+        found.raw["transients"] = result["transients"]
     return (
         {k: float(v) for k, v in result["first_use"].items()},
         {k: float(v) for k, v in result["transients"].items()},

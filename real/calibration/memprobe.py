@@ -8,6 +8,10 @@ threshold lowered by ``sarlab.core.memory.tune_malloc``, the kernels extension l
 a model and its optimizer), then runs one family once on a tiny input, forward and backward, the way the engine
 runs it (sum and mean: the C++ shard SpMM; max: the C++ running max), and records its RSS growth; each family
 in a fresh interpreter (``--family``), after an autograd step, so that pages families share count for each.
+``--memory live`` measures the same under the counting allocator the workers use by default
+(:func:`sarlab.core.memory.use_method`), where a run's peak counts tensor bytes: what a family adds there is the
+tensor bytes it leaves live (code pages and arenas are not tensors: 0 for every family on the 2-core EPYC VM,
+2026-11-28, against 0.7-7 MiB of resident bytes), every family in one process; without it, ``rss``.
 It also measures what the C++ shard SpMM allocates beyond its output (:func:`kernel_transients`), a check of
 the memory model's claim that it allocates nothing else (expected 0). Prints one JSON line
 ``{"first_use": {...}, "transients": {...}}``.
@@ -27,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 from sarlab import kernels
-from sarlab.core.memory import peak_bytes, reset_peak, rss_bytes, tune_malloc
+from sarlab.core.memory import METHODS, method, peak_bytes, reset_peak, rss_bytes, tune_malloc, use_method
 
 
 def _setup() -> None:
@@ -195,24 +199,29 @@ def kernel_transients() -> dict[str, float]:
     }
 
 
+def held_bytes() -> int:
+    """What the process's memory method counts now: live tensor bytes under ``live``, resident bytes under ``rss``."""
+    return kernels.alloc.live_bytes() if method() == "live" else rss_bytes()
+
+
 def first_use(family: str) -> float:
-    """Resident bytes ``family`` adds the first time this process runs it (call once, after :func:`_setup`).
+    """Bytes ``family`` adds the first time this process runs it, as its memory method counts them
+    (:func:`held_bytes`; call once, after :func:`_setup`).
 
     Every family but ``autograd`` runs after an (unmeasured) autograd step, since the simulator adds ``autograd``'s
     own first use to every model's: what is left is the family's own code and structures."""
     if family != "autograd":
         _autograd()
-    before = rss_bytes()
+    before = held_bytes()
     PROBES[family]()
-    return float(max(rss_bytes() - before, 0))
+    return float(max(held_bytes() - before, 0))
 
 
-def _one_family(family: str) -> float | None:
-    """:func:`first_use` of ``family`` in a fresh interpreter (None where it fails: not measured), so that pages
-    several families share are counted for each of them, as a model running one family sees them."""
-    out = subprocess.run([sys.executable, "-m", "sarlab.real.calibration.memprobe", "--family", family],
-                          capture_output=True,
-                         text=True, timeout=120, check=False)
+def _one_family(family: str, memory: str = "rss") -> float | None:
+    """:func:`first_use` of ``family`` in a fresh interpreter under ``memory`` (None where it fails: not measured),
+    so that pages several families share are counted for each of them, as a model running one family sees them."""
+    out = subprocess.run([sys.executable, "-m", "sarlab.real.calibration.memprobe", "--family", family,
+                          "--memory", memory], capture_output=True, text=True, timeout=120, check=False)
     if out.returncode != 0 or not out.stdout.strip():
         return None
     return float(json.loads(out.stdout.strip().splitlines()[-1])[family])
@@ -221,16 +230,28 @@ def _one_family(family: str) -> float | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--family", choices=sorted(PROBES), help="measure one family in this process and exit")
+    parser.add_argument("--memory", choices=METHODS, default="rss",
+                        help="the memory method to measure under (default rss: resident bytes)")
     args = parser.parse_args(argv)
-    _setup()
     if args.family:
+        if use_method(args.memory) != args.memory:  # live without the C++ kernels: nothing to measure under it
+            return 1
+        _setup()
         print(json.dumps({args.family: first_use(args.family)}), flush=True)
         return 0
-    measured = {name: _one_family(name) for name in PROBES}
+    if args.memory == "live":  # tensor bytes: no code pages shared between families, so one process runs them all
+        live = use_method("live") == "live"  # not without the C++ kernels: nothing measured then
+        if live:
+            _setup()
+        measured = {name: first_use(name) if live else None for name in PROBES}
+    else:
+        measured = {name: _one_family(name, args.memory) for name in PROBES}
     result = {name: value for name, value in measured.items() if value is not None}
     transients: dict[str, float] = {}
     try:
-        transients = kernel_transients()
+        if args.memory == "rss":  # the sparse kernels' temporaries are resident bytes (VmHWM): measured once
+            _setup()
+            transients = kernel_transients()
     except (OSError, RuntimeError):  # VmHWM cannot be reset here, or no C++ kernels: not measured
         pass
     print(json.dumps({"first_use": result, "transients": transients}), flush=True)

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from sarlab.simulator.hardware.allocators import checked_first_use, for_memory, memory_label, memory_ratio
 from sarlab.simulator.hardware.backends import (
     BASE_BACKEND,
     checked_crowded,
@@ -109,6 +110,8 @@ class Profile:
             :attr:`compute_scale_memory`'s, measured by ``sarlab calibrate`` (``rss`` epoch over ``live`` epoch of
             the same graphs); a record priced with :meth:`for_memory` of its ``mem_method`` column. Empty = every
             method priced as :attr:`compute_scale_memory`.
+        first_use_memory: ``{method: {family: bytes}}``: :attr:`first_use_bytes` as measured under each memory
+            method (:meth:`for_memory` puts a record's in place); empty = ``first_use_bytes`` for every method.
         notes: free-text provenance (how each number was obtained or assumed).
         meta: machine description, date, torch version; ``backend``: the backend this profile's communication
             fields price (absent: gloo).
@@ -143,6 +146,7 @@ class Profile:
     compute_scale_key: str = "activation"
     compute_scale_memory: str = "rss"
     memory_scale: dict[str, float] = field(default_factory=dict)
+    first_use_memory: dict[str, dict[str, float]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     meta: dict[str, Any] = field(default_factory=dict)
     backends: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -166,6 +170,7 @@ class Profile:
             raise ValueError(f"memory_scale takes ratios > 0 of methods other than {self.compute_scale_memory!r} "
                              f"(the curve's own), got {self.memory_scale}")
         object.__setattr__(self, "memory_scale", ratios)
+        object.__setattr__(self, "first_use_memory", checked_first_use(self.first_use_memory))
         if BASE_BACKEND in self.backends:
             raise ValueError(f"backends: {BASE_BACKEND} is the profile's own communication fields, not an overlay")
         object.__setattr__(self, "backends", {k: overlay_from_json(k, v, Link) for k, v in self.backends.items()})
@@ -195,34 +200,19 @@ class Profile:
         return replace(self, compute_scale=float(scale), compute_scale_curve=())
 
     def memory_ratio(self, method: str) -> float | None:
-        """The compute scale of runs under memory method ``method`` over the curve's
-        (:attr:`compute_scale_memory`): 1 for the curve's own, :attr:`memory_scale`'s ratio, or None where
-        the profile does not know it (an empty ``method`` reads as the curve's own)."""
-        if not method or method == self.compute_scale_memory:
-            return 1.0
-        return self.memory_scale.get(method)
+        """The compute scale of runs under ``method`` over the curve's
+        (:func:`sarlab.simulator.hardware.allocators.memory_ratio`)."""
+        return memory_ratio(self, method)
 
     def for_memory(self, method: str) -> Profile:
-        """This profile priced for runs under memory method ``method`` (a record's ``mem_method``): the compute
-        scale and its curve times :meth:`memory_ratio`, the ratios restated relative to ``method``; the profile
-        itself where the ratio is 1 or unknown (then priced as :attr:`compute_scale_memory`)."""
-        ratio = self.memory_ratio(method)
-        if ratio is None or method == self.compute_scale_memory or not method:
-            return self
-        others = {k: v / ratio for k, v in self.memory_scale.items() if k != method}
-        return replace(self, compute_scale=self.compute_scale * ratio,
-                       compute_scale_curve=tuple((b, v * ratio) for b, v in self.compute_scale_curve),
-                       compute_scale_memory=method, memory_scale={**others, self.compute_scale_memory: 1.0 / ratio})
+        """This profile priced for runs under memory method ``method``, a record's ``mem_method``
+        (:func:`sarlab.simulator.hardware.allocators.for_memory`)."""
+        return for_memory(self, method)
 
     def memory_label(self, method: str) -> str:
-        """Which memory method priced a record run under ``method``, for tables: ``rss`` (the curve's own),
-        ``rss = live x 2.30`` (the curve of ``live`` times its ratio), ``rss as live`` (no ratio known: priced as
-        the curve's method)."""
-        ratio = self.memory_ratio(method)
-        own = self.compute_scale_memory
-        if not method or method == own:
-            return own
-        return f"{method} as {own}" if ratio is None else f"{method} = {own} x {ratio:.2f}"
+        """Which memory method priced a record run under ``method``, for tables
+        (:func:`sarlab.simulator.hardware.allocators.memory_label`)."""
+        return memory_label(self, method)
 
     def op(self, name: str) -> OpCost:
         """The cost of op family ``name``; ``gat_fused`` and ``gat_autograd`` fall back to ``gat_unfused``
@@ -249,6 +239,8 @@ class Profile:
             del d["crowded_cpu"]
         if not self.memory_scale and self.compute_scale_memory == "rss":  # as fitted before the fields: as before
             del d["memory_scale"], d["compute_scale_memory"]
+        if not self.first_use_memory:  # one first-use table for every method: written as before the field
+            del d["first_use_memory"]
         d["format_version"] = PROFILE_FORMAT_VERSION
         d["units"] = dict(OP_UNITS)
         return d
@@ -289,6 +281,7 @@ class Profile:
             "compute_scale_key": str(d.get("compute_scale_key", "activation")),
             "compute_scale_memory": str(d.get("compute_scale_memory", "rss")),
             "memory_scale": {str(k): float(v) for k, v in d.get("memory_scale", {}).items()},
+            "first_use_memory": dict(d.get("first_use_memory", {})),
             "notes": tuple(d.get("notes", ())),
             "meta": dict(d.get("meta", {})),
             "backends": dict(d.get("backends", {})),
