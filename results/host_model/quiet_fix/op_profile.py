@@ -1,13 +1,14 @@
 """Where one engine epoch's time goes, measured and priced, per op family (issue 39's diagnosis).
 
-``python results/host_model/quiet_fix/op_profile.py MODEL MEMORY PROFILE [OUT.json]``: one worker of one thread runs
-MODEL (3 x 128, ``sar``) on ``synthetic:nodes=20000,degree=20,features=64,classes=16,seed=0`` (the validation grid's
-graph) under MEMORY (``live`` or ``rss``) as ``sarlab train`` would (``sarlab.real.calibration.engine_runs.run_one``,
-no evaluation), 5 epochs; epoch 3 under ``torch.profiler`` (self CPU time per aten op, summed into GEMM
-(``mm``/``addmm``), the sparse aggregation (``ShardAggregate*``) and the rest); the minor page faults and thread CPU
-seconds of each epoch's forward and backward. Beside it, what PROFILE prices for the same configuration at a compute
-scale of 1, per op family (the epoch with the family made free, subtracted from the whole). Run in a fresh process per
-MEMORY (the counting allocator cannot be taken out of a process).
+``python results/host_model/quiet_fix/op_profile.py MODEL MEMORY PROFILE [OUT.json [GRAPH HIDDEN]]``: one worker of
+one thread runs MODEL (3 x HIDDEN, default 128, ``sar``) on GRAPH (default
+``synthetic:nodes=20000,degree=20,features=64,classes=16,seed=0``, the validation grid's graph) under MEMORY (``live``
+or ``rss``) as ``sarlab train`` would (``sarlab.real.calibration.engine_runs.run_one``, no evaluation), 5 epochs;
+epoch 3 under ``torch.profiler`` (self CPU time per aten op, summed into GEMM (``mm``/``addmm``), the sparse
+aggregation (``ShardAggregate*``) and the rest); the minor page faults and thread CPU seconds of each epoch's forward
+and backward. Beside it, what PROFILE prices for the same configuration at a compute scale of 1, per op family (the
+epoch with the family made free, subtracted from the whole). Run in a fresh process per MEMORY (the counting allocator
+cannot be taken out of a process).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ GRAPH = "synthetic:nodes=20000,degree=20,features=64,classes=16,seed=0"
 FAMILIES = ("gemm", "spmm", "gat_fused", "elementwise")
 
 
-def measured(model: str, method: str, parts: str) -> dict:
+def measured(model: str, method: str, parts: str, graph: str = GRAPH, hidden: int = 128) -> dict:
     """The engine epoch of ``model`` under ``method``: profiler split of epoch 3, faults and CPU seconds per epoch."""
     split: dict[str, float] = {}
     cpu, faults = [], []
@@ -57,7 +58,7 @@ def measured(model: str, method: str, parts: str) -> dict:
         return out
 
     engine_runs.Trainer.forward_backward, engine_runs.Trainer.step = timed, profiled
-    run = {"spec": GRAPH, "partition_dir": parts, "model": model, "layers": 3, "hidden": 128, "epochs": 5,
+    run = {"spec": graph, "partition_dir": parts, "model": model, "layers": 3, "hidden": hidden, "epochs": 5,
            "threads": 1, "memory": method}
     records = engine_runs.run_one(run)
     return {"epoch_s": [r["epoch_time_s"] for r in records], "forward_backward_cpu_s": cpu,
@@ -86,7 +87,8 @@ def main() -> int:
     model, method, profile_spec = sys.argv[1:4]
     memory.tune_malloc()
     with tempfile.TemporaryDirectory(prefix="op-profile-") as tmp:
-        result = measured(model, method, tmp + "/parts")
+        graph, hidden = (sys.argv[5], int(sys.argv[6])) if len(sys.argv) > 6 else (GRAPH, 128)
+        result = measured(model, method, tmp + "/parts", graph, hidden)
         result["priced"] = priced(result["record"], profile_spec)
     result["record"] = {k: v for k, v in result["record"].items() if isinstance(v, (int, float, str, bool))}
     text = json.dumps({"model": model, "memory": method, **result}, indent=1, default=str)
