@@ -29,6 +29,7 @@ _LAZY = {
     "BuildPending": ("._loader", "BuildPending"),
     "build_dir": ("._loader", "build_dir"),
     "extension_error": ("._loader", "extension_error"),
+    "preload": ("._loader", "preload"),
     "Transpose": (".csr", "Transpose"),
     "csr_transpose": (".csr", "csr_transpose"),
     "empty_state": (".gat", "empty_state"),

@@ -327,6 +327,23 @@ def extension(wait: bool = False) -> ModuleType | None:
         return _ext
 
 
+def preload() -> bool:
+    """Load a finished build into this process now, if there is one: never builds, never announces (a process that
+    forks workers, :mod:`sarlab.real.launch.zygote`, loads it once for all of them). False when none is built for
+    this machine or it does not load; the state is then as before (the first :func:`resolve` decides)."""
+    global _ext
+    with _lock:
+        if _ext is None and _ext_error is None:
+            flags = _built_variant()
+            if flags is None:
+                return False
+            try:
+                _ext = _load(flags, verbose=False)
+            except Exception:  # noqa: BLE001 - the first resolve() tries again and says why
+                return False
+        return _ext is not None
+
+
 def loaded_from() -> Path | None:
     """The directory the loaded extension was built in (None before it is loaded)."""
     return _loaded_from

@@ -41,46 +41,84 @@ def run_cli(args: list[str], timeout: float = 240, env: dict | None = None) -> s
 
 
 def cli_here(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run ``sarlab ARGS`` in this process (``cli.main``, what the ``sarlab`` script calls), with ``env`` set for
-    the call; returns what :func:`run_cli` returns. For command lines that are refused before any work (nothing is
-    started): the same checks as a subprocess, without the ~3 s of CPU a fresh interpreter spends importing torch.
-    The ``sarlab`` logger (which the command line configures) and the environment are restored afterwards."""
+    """Run ``sarlab ARGS`` in this process (``cli.main``, what the ``sarlab`` script calls) in the repository root,
+    with ``env`` set for the call; returns what :func:`run_cli` returns. Without the ~3.5 s of CPU a fresh
+    interpreter spends importing torch, and its workers come from this process's zygote (one for the whole session).
+    The output is captured at the file descriptors, so the workers' lines (rank 0's epochs) are in it as in a
+    subprocess's. For what needs no process of its own: a test of signals, exit by a signal, a killed launcher or
+    an environment read at import uses :func:`run_cli`. The ``sarlab`` logger (which the command line configures),
+    the working directory and the environment are restored afterwards."""
     import contextlib
-    import io
     import logging
+    import tempfile
 
     from sarlab.real.commands.cli import main
 
     logger = logging.getLogger("sarlab")
     saved_log = (list(logger.handlers), logger.level, logger.propagate)
     saved_env = {k: os.environ.get(k) for k in (env or {})}
-    out, err = io.StringIO(), io.StringIO()
+    saved_cwd = os.getcwd()
     os.environ.update(env or {})
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main(list(args))
-            except SystemExit as done:  # argparse
-                code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
-    finally:
-        for key, value in saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        logger.handlers[:] = saved_log[0]
-        logger.setLevel(saved_log[1])
-        logger.propagate = saved_log[2]
-    return subprocess.CompletedProcess(["sarlab", *args], code, out.getvalue(), err.getvalue())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved_fds = os.dup(1), os.dup(2)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        stdout, stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)  # noqa: SIM115
+        try:
+            os.chdir(ROOT)
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+                try:
+                    code = main(list(args))
+                except SystemExit as done:  # argparse
+                    code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        finally:
+            stdout.flush()
+            stderr.flush()
+            os.dup2(saved_fds[0], 1)
+            os.dup2(saved_fds[1], 2)
+            os.close(saved_fds[0])
+            os.close(saved_fds[1])
+            os.chdir(saved_cwd)
+            for key, value in saved_env.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            logger.handlers[:] = saved_log[0]
+            logger.setLevel(saved_log[1])
+            logger.propagate = saved_log[2]
+        out.seek(0)
+        err.seek(0)
+        text_out, text_err = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+    return subprocess.CompletedProcess(["sarlab", *args], code, text_out, text_err)
+
+
+#: ranks of :func:`spawn_ranks` start from a forkserver that imported these once (not a fresh interpreter each:
+#: ~3 s of CPU apiece here); the forkserver never runs an op, so the ranks start with no OpenMP state to inherit
+RANK_CONTEXT = mp.get_context("forkserver")
+RANK_CONTEXT.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", "sarlab.training.trainer",
+                                     "sarlab.core.shards", "sarlab.data.partition"])
+
+
+def _with_env(env: dict, target, *args) -> None:
+    """A rank of :func:`spawn_ranks`: the caller's environment, then ``target(*args)``."""
+    os.environ.clear()
+    os.environ.update(env)
+    target(*args)
 
 
 def spawn_ranks(target, world: int, args: tuple, out: str, timeout: float = 240) -> None:
-    """Run ``target(rank, world, store_port, *args)`` on ``world`` spawned processes sharing one TCPStore; each
-    rank writes ``{out}.rank{r}.err`` with its traceback on failure. Fails the test with the ranks' tracebacks
-    (or the ones still running after ``timeout`` s, which are killed); nothing is left running."""
+    """Run ``target(rank, world, store_port, *args)`` on ``world`` processes (forked from a preloaded forkserver)
+    sharing one TCPStore; each rank writes ``{out}.rank{r}.err`` with its traceback on failure. Fails the test with
+    the ranks' tracebacks (or the ones still running after ``timeout`` s, which are killed); nothing is left
+    running."""
     store = dist.TCPStore("127.0.0.1", 0, world_size=None, is_master=True, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=120))
-    procs = [mp.get_context("spawn").Process(target=target, args=(r, world, store.port, *args)) for r in range(world)]
+    env = dict(os.environ)  # as now, not as when the forkserver started (a test may have set a variable since)
+    procs = [RANK_CONTEXT.Process(target=_with_env, args=(env, target, r, world, store.port, *args))
+             for r in range(world)]
     for p in procs:
         p.start()
     try:

@@ -26,6 +26,20 @@ def processes_of(launcher_pid: int) -> list[int]:
     return found
 
 
+def workers_of(launcher_pid: int) -> list[int]:
+    """The live workers among :func:`processes_of` (named ``sarlab-rankN`` in /proc/PID/comm; a run's zygote,
+    ``sarlab-zygote``, is not one)."""
+    found = []
+    for pid in processes_of(launcher_pid):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().startswith("sarlab-rank"):
+                    found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
 @dataclass
 class Finished:
     """A finished ``sarlab`` process: its exit status, output, wall time, pid, working directory and $TMPDIR."""

@@ -20,7 +20,7 @@ import datetime
 import pytest
 import torch
 from backends_common import needs_ccl, require_ccl
-from conftest import run_cli, spawn_ranks
+from conftest import cli_here, spawn_ranks
 
 CORA = "planetoid:cora"
 MODELS = "gcn,sage,gat,rgcn"
@@ -87,8 +87,8 @@ SLOW = pytest.mark.slow
 @pytest.mark.parametrize("workers", [pytest.param(2, marks=SLOW), 3, pytest.param(4, marks=SLOW)])
 @pytest.mark.timeout(420)
 def test_verify_matches_reference(built, workers):
-    res = run_cli(["verify", "--graph", CORA, "--workers", str(workers), "--backend", "ccl", "--model", MODELS,
-                   "--mode", "all", "--dtype", "float64", "--timeout", "60"], timeout=400)
+    res = cli_here(["verify", "--graph", CORA, "--workers", str(workers), "--backend", "ccl", "--model", MODELS,
+                    "--mode", "all", "--dtype", "float64", "--timeout", "60"])
     text = res.stdout + res.stderr
     assert res.returncode == 0, text
     rows = [line for line in res.stdout.splitlines() if f" N={workers} " in line and "float64" in line]

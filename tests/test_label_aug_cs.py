@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import run_cli, spawn_ranks
+from conftest import cli_here, spawn_ranks
 
 from sarlab.core.comm import Comm
 from sarlab.core.config import EngineConfig
@@ -199,10 +199,10 @@ def test_train_cli_with_label_aug_mfg_and_correct_smooth(tmp_path, graph):
     spec = "synthetic:nodes=500,degree=5,features=8,classes=4,noise=3.0,seed=4,train=0.4"  # the `graph` fixture
     model_path, pred_path, rec_path = tmp_path / "m.pt", tmp_path / "p.pt", tmp_path / "r.json"
     epochs, lr = 3, 0.02
-    res = run_cli(["train", "--graph", spec, "--workers", "2", "--model", "sage", "--hidden", "8", "--epochs",
-                   str(epochs), "--lr", str(lr), "--lr-schedule", "cosine", "--label-aug", str(RATE), "--mfg",
-                   "--correct-smooth", "arxiv", "--dtype", "float64", "--save-model", str(model_path),
-                   "--predict", str(pred_path), "--json", str(rec_path)])
+    res = cli_here(["train", "--graph", spec, "--workers", "2", "--model", "sage", "--hidden", "8", "--epochs",
+                    str(epochs), "--lr", str(lr), "--lr-schedule", "cosine", "--label-aug", str(RATE), "--mfg",
+                    "--correct-smooth", "arxiv", "--dtype", "float64", "--save-model", str(model_path),
+                    "--predict", str(pred_path), "--json", str(rec_path)])
     assert res.returncode == 0, res.stdout + res.stderr
     assert "after Correct & Smooth" in res.stdout, res.stdout
     records = pd.DataFrame(json.loads(rec_path.read_text()))

@@ -18,7 +18,7 @@ import time
 
 import pytest
 from backends_common import BACKENDS_CCL_SLOW, built, needs_ccl
-from faults_common import processes_of
+from faults_common import processes_of, workers_of
 
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.partition import partition
@@ -51,7 +51,7 @@ def _start(pdir: str, tmp_path, net: str, backend: str = "gloo") -> tuple[subpro
             proc.kill()
             pytest.fail(f"the run did not start training (exit {proc.poll()}):\n{_read(log)[-3000:]}")
         time.sleep(0.2)
-    assert len(processes_of(proc.pid)) == 2
+    assert len(workers_of(proc.pid)) == 2
     return proc, log
 
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, cli_here
 
 import sarlab
 from sarlab.common import log as sarlab_log
@@ -49,14 +49,14 @@ def test_configure_levels_and_one_handler(monkeypatch):
 
 
 def test_train_quiet_prints_only_the_summary(fresh_cache):
-    res = run_cli(["train", "--graph", SPEC, "--workers", "2", "--epochs", "2", "--method", "random", "-q"],
-                  env=fresh_cache)
+    res = cli_here(["train", "--graph", SPEC, "--workers", "2", "--epochs", "2", "--method", "random", "-q"],
+                   env=fresh_cache)
     assert res.returncode == 0, res.stderr
     assert res.stderr == "", res.stderr
     lines = res.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("final:"), res.stdout
-    loud = run_cli(["train", "--graph", SPEC, "--workers", "2", "--epochs", "2", "--method", "random"],
-                   env=fresh_cache)  # without -q: progress on stderr (the partition is reused from the cache)
+    loud = cli_here(["train", "--graph", SPEC, "--workers", "2", "--epochs", "2", "--method", "random"],
+                    env=fresh_cache)  # without -q: progress on stderr (the partition is reused from the cache)
     assert loud.returncode == 0 and "reused the cached partition" in loud.stderr, loud.stderr
     assert "epoch 2/2" in loud.stdout and "sarlab kernels: torch" in loud.stderr, loud.stdout + loud.stderr
 

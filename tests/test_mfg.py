@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import run_cli
+from conftest import cli_here
 
 from sarlab.core.comm import Comm
 from sarlab.core.config import EngineConfig
@@ -150,8 +150,8 @@ def test_mfg_through_the_train_cli_gives_the_unpruned_losses(tmp_path):
     runs = {}
     for flag in ([], ["--mfg"]):
         out = tmp_path / f"r{len(flag)}.json"
-        res = run_cli(["train", "--graph", spec, "--workers", "2", "--layers", "3", "--hidden", "8", "--epochs", "3",
-                       "--dtype", "float64", "--eval-every", "0", "--json", str(out), *flag])
+        res = cli_here(["train", "--graph", spec, "--workers", "2", "--layers", "3", "--hidden", "8", "--epochs", "3",
+                        "--dtype", "float64", "--eval-every", "0", "--json", str(out), *flag])
         assert res.returncode == 0, res.stdout + res.stderr
         runs[bool(flag)] = pd.DataFrame(json.loads(out.read_text()))
     whole, pruned = (runs[m][runs[m]["rank"] == 0].sort_values("epoch") for m in (False, True))

@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 import torch
-from conftest import cli_here, run_cli
+from conftest import cli_here
 
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.partition import partition
@@ -35,8 +35,8 @@ def parts(tmp_path_factory) -> dict:
 
 def _train(pdir: str, workers: int, epochs: int, tmp_path, name: str, *extra: str, ok: bool = True) -> list[dict]:
     out = str(tmp_path / f"{name}.json")
-    res = run_cli(["train", "--graph", pdir, "--workers", str(workers), "--epochs", str(epochs), *MODEL,
-                   "--json", out, *extra], timeout=300)
+    res = cli_here(["train", "--graph", pdir, "--workers", str(workers), "--epochs", str(epochs), *MODEL,
+                    "--json", out, *extra])
     if not ok:
         assert res.returncode != 0, res.stdout + res.stderr
         return []

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import run_cli
+from conftest import cli_here
 
 from sarlab.core.config import EngineConfig
 from sarlab.core.shards import ShardedGraph
@@ -274,9 +274,9 @@ def test_rgcn_verify_through_the_cli(tmp_path):
     """`sarlab verify --model rgcn --bases B` on a hetero: graph, N = 2: every row within fp64 tolerance of PyG's
     RGCNConv, with the R-GCN order in the label."""
     out = tmp_path / "verify.json"
-    res = run_cli(["verify", "--graph", "hetero:nodes=400,features=6,classes=4,reverse=1,seed=2", "--workers", "2",
-                   "--model", "rgcn", "--bases", "2", "--mode", "sar,oneshot", "--unfused", "--layers", "2",
-                   "--hidden", "6", "--dtype", "float64", "--json", str(out)])
+    res = cli_here(["verify", "--graph", "hetero:nodes=400,features=6,classes=4,reverse=1,seed=2", "--workers", "2",
+                    "--model", "rgcn", "--bases", "2", "--mode", "sar,oneshot", "--unfused", "--layers", "2",
+                    "--hidden", "6", "--dtype", "float64", "--json", str(out)])
     assert res.returncode == 0, res.stdout + res.stderr
     rows = json.loads(out.read_text())
     assert [r["label"] for r in rows] == ["rgcn-b2-per-edge sar N=2", "rgcn-b2-per-edge oneshot N=2"]
@@ -289,9 +289,9 @@ def test_rgcn_trained_through_the_cli_saves_a_loadable_model(tmp_path, mag):
     the whole graph, gives the logits the distributed run predicted."""
     spec = "hetero:nodes=500,features=6,classes=5,reverse=1,seed=3"  # the `mag` fixture's graph
     model_path, pred_path, rec_path = tmp_path / "m.pt", tmp_path / "p.pt", tmp_path / "r.json"
-    res = run_cli(["train", "--graph", spec, "--workers", "2", "--model", "rgcn", "--bases", "3", "--layers", "2",
-                   "--hidden", "8", "--epochs", "2", "--dtype", "float64", "--save-model", str(model_path),
-                   "--predict", str(pred_path), "--json", str(rec_path)])
+    res = cli_here(["train", "--graph", spec, "--workers", "2", "--model", "rgcn", "--bases", "3", "--layers", "2",
+                    "--hidden", "8", "--epochs", "2", "--dtype", "float64", "--save-model", str(model_path),
+                    "--predict", str(pred_path), "--json", str(rec_path)])
     assert res.returncode == 0, res.stdout + res.stderr
     records = pd.DataFrame(json.loads(rec_path.read_text()))
     assert set(records.model) == {"rgcn"} and set(records.num_relations) == {mag.num_relations}

@@ -47,10 +47,10 @@ def _worker_pid(launcher: int, rank: int) -> int:
     for stat in glob.glob("/proc/[0-9]*/stat"):
         try:
             ppid = int(open(stat).read().rsplit(")", 1)[1].split()[1])
-            cmd = open(stat.replace("stat", "cmdline"), "rb").read().split(b"\0")
+            name = open(stat.replace("stat", "comm")).read().strip()
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == launcher and b"sarlab.real.launch.worker_entry" in cmd and cmd[-2:-1] == [str(rank).encode()]:
+        if ppid == launcher and name == f"sarlab-rank{rank}":  # a worker names itself (forked or a fresh one)
             return int(stat.split("/")[2])
     raise AssertionError(f"no rank {rank} worker of launcher {launcher}")
 

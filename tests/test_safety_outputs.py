@@ -15,7 +15,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, cli_here, run_cli
+from conftest import ROOT, cli_here
 
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.partition import PartitionError, load_manifest, manifest_digest, partition
@@ -94,7 +94,7 @@ def test_second_run_on_a_locked_checkpoint_dir_is_refused(pdir, tmp_path):
 
 def test_checkpoint_is_verified_resumed_automatically_and_temporaries_swept(pdir, tmp_path):
     ck_dir = str(tmp_path / "ck")
-    res = run_cli([*TRAIN, "--graph", pdir, "--checkpoint", ck_dir], timeout=120)
+    res = cli_here([*TRAIN, "--graph", pdir, "--checkpoint", ck_dir])
     assert res.returncode == 0, res.stdout + res.stderr
     # the same command line again: the checkpoint has done all 3 epochs, so the run says so and ends, exit 0
     res = cli_here([*TRAIN, "--graph", pdir, "--checkpoint", ck_dir])  # nothing starts: in this process
@@ -102,7 +102,7 @@ def test_checkpoint_is_verified_resumed_automatically_and_temporaries_swept(pdir
     assert "epoch" not in res.stdout.split("final:")[0], res.stdout
     # a killed write's temporary is removed by the next run that owns the lock, and it says so
     open(os.path.join(ck_dir, ".checkpoint-deadbeef.tmp"), "wb").write(b"half")
-    res = run_cli([*TRAIN, "--graph", pdir, "--checkpoint", ck_dir, "--epochs", "4"], timeout=120)
+    res = cli_here([*TRAIN, "--graph", pdir, "--checkpoint", ck_dir, "--epochs", "4"])
     assert res.returncode == 0 and "removed 1 temporary file(s)" in res.stderr, res.stdout + res.stderr
     assert "epoch 4/4" in res.stdout and "epoch 3/4" not in res.stdout, res.stdout  # resumed after epoch 3
     assert not [e for e in os.listdir(ck_dir) if e.endswith(".tmp")]
@@ -115,7 +115,7 @@ def test_checkpoint_is_verified_resumed_automatically_and_temporaries_swept(pdir
              "checkpoint corrupt (sha256 mismatch)")
     # another model is still refused
     shutil.rmtree(ck_dir)
-    assert run_cli([*TRAIN, "--graph", pdir, "--checkpoint", ck_dir], timeout=120).returncode == 0
+    assert cli_here([*TRAIN, "--graph", pdir, "--checkpoint", ck_dir]).returncode == 0
     _refused(cli_here([*TRAIN, "--graph", pdir, "--checkpoint", ck_dir, "--hidden", "16", "--epochs", "5"]),
              "model.hidden: checkpoint 8, this run 16")
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import cli_here, run_cli, spawn_ranks
+from conftest import cli_here, spawn_ranks
 
 from sarlab.core.comm import Comm
 from sarlab.core.config import ALL_NEIGHBOURS, EngineConfig, SamplingConfig, parse_fanouts
@@ -368,9 +368,9 @@ def test_rounds_give_every_batch_the_reference_samplers_blocks_and_input_rows(gr
 @pytest.mark.timeout(600)
 def test_train_cli_sampling_mode(tmp_path):
     out = tmp_path / "records.json"
-    res = run_cli(["train", "--graph", "synthetic:nodes=1200,degree=6,features=8,classes=3,seed=1", "--workers", "2",
-                   "--mode", "sampling", "--fanouts", "4,3", "--batch-size", "100", "--epochs", "3", "--threads", "1",
-                   "--json", str(out)], timeout=300)
+    res = cli_here(["train", "--graph", "synthetic:nodes=1200,degree=6,features=8,classes=3,seed=1", "--workers", "2",
+                    "--mode", "sampling", "--fanouts", "4,3", "--batch-size", "100", "--epochs", "3", "--threads", "1",
+                    "--json", str(out)])
     assert res.returncode == 0, res.stderr
     records = json.loads(out.read_text())
     assert len(records) == 6 and {r["mode"] for r in records} == {"sampling"}

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import cli_here, run_cli, spawn_ranks
+from conftest import cli_here, spawn_ranks
 
 from sarlab.core.comm import Comm
 from sarlab.core.config import EngineConfig
@@ -220,7 +220,7 @@ def test_cli_staleness_zero_is_bit_for_bit_the_exact_mode_and_bad_combinations_f
     runs = {}
     for name, extra in (("plain", []), ("zero", ["--staleness", "0"]), ("one", ["--staleness", "1"])):
         out = tmp_path / f"{name}.json"
-        res = run_cli([*common, *extra, "--json", str(out)], timeout=300)
+        res = cli_here([*common, *extra, "--json", str(out)])
         assert res.returncode == 0, res.stderr
         runs[name] = _records(out)
     keys = ("loss", "train_acc", "val_acc", "test_acc", "bytes_sent", "bytes_recv")

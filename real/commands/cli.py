@@ -76,6 +76,7 @@ def bench_main(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    script = argv is None  # the ``sarlab`` script (not a caller in its own process: tests, a notebook)
     verbosity, argv = split_verbosity(list(sys.argv[1:] if argv is None else argv))
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     before = os.environ.get(log.ENV_VAR)
     log.configure(verbosity)
     try:
-        return _run_command(argv)
+        return _run_command(argv, script)
     finally:  # an in-process caller (tests, a notebook) keeps the verbosity it had
         if before is None:
             os.environ.pop(log.ENV_VAR, None)
@@ -101,9 +102,16 @@ def main(argv: list[str] | None = None) -> int:
             os.environ[log.ENV_VAR] = before
 
 
-def _run_command(argv: list[str]) -> int:
-    """Run ``argv[0]``'s command on the rest, turning the errors a user can cause into one line on stderr."""
+def _run_command(argv: list[str], script: bool = False) -> int:
+    """Run ``argv[0]``'s command on the rest, turning the errors a user can cause into one line on stderr; from the
+    ``sarlab`` script, a command that will start workers starts their zygote first (a caller in its own process
+    gets one at its first launch, kept for the next)."""
     module, attribute, _ = COMMANDS[argv[0]]
+    if script and _launches_workers(argv):  # the zygote imports the engine for the workers while we import it too
+        from sarlab.common.paths import package_parent
+        from sarlab.real.launch import zygote
+
+        zygote.prestart(str(package_parent()))
     command = getattr(importlib.import_module(module), attribute)
     if "-h" in argv[1:] or "--help" in argv[1:]:
         try:
@@ -134,6 +142,17 @@ def _run_command(argv: list[str]) -> int:
     except OSError as err:  # a disk filled or a device failed during the run (its outputs were checked before)
         print(f"error: {err.strerror or err}{f': {err.filename}' if err.filename else ''}", file=sys.stderr)
         return 1
+
+
+#: commands that start local workers (their zygote is started first: :mod:`sarlab.real.launch.zygote`)
+LAUNCHING = ("train", "verify", "demo", "bench", "reproduce", "profile")
+
+
+def _launches_workers(argv: list[str]) -> bool:
+    """Whether ``argv`` will start local workers on loopback (not help, not as one rank under torchrun, not on an
+    emulated network, whose workers start inside its namespaces)."""
+    return (argv[0] in LAUNCHING and not {"-h", "--help"} & set(argv[1:]) and "TORCHELASTIC_RUN_ID" not in os.environ
+            and not any("veth" in a for a in argv[1:]))
 
 
 def _check_json_option(args: list[str]) -> None:

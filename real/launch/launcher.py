@@ -1,8 +1,10 @@
 """Launch N worker processes on loopback or on an emulated cluster network, watch them, and report which rank failed
 and why; on every way out (success, a failed rank, SIGINT/SIGTERM) stop every worker and remove what the run made.
 
-Workers are ``python -m sarlab.real.launch.worker_entry RUNDIR RANK`` processes in sessions of their own (a Ctrl-C
-on the terminal reaches only the launcher, which stops them), each asking the kernel to kill it when the launcher dies.
+Workers run :func:`sarlab.real.launch.worker.main` in sessions of their own (a Ctrl-C on the terminal reaches only
+the launcher, which stops them), each asking the kernel to kill it when the launcher dies. On loopback they are forked
+from a preloaded process (:mod:`sarlab.real.launch.zygote`: no worker imports torch again); on an emulated network,
+or when no zygote can serve, they are fresh interpreters, ``python -m sarlab.real.launch.worker_entry RUNDIR RANK``.
 They rendezvous with env:// semantics: on ``loopback`` at a store the launcher hosts on 127.0.0.1, on ``veth`` at rank
 0's store on host 0's address, as torchrun ranks on real hosts do.
 """
@@ -31,7 +33,7 @@ from sarlab.core.comm import check_backend
 from sarlab.data.partition import PartitionError, check_partition, load_manifest
 from sarlab.data.validate_data import InputError, check_int
 from sarlab.kernels.ccl import MACHINE_RANKS_ENV
-from sarlab.real.launch import netns
+from sarlab.real.launch import netns, zygote
 from sarlab.real.launch.jobs import Fault, Job
 from sarlab.real.launch.lifecycle import signals_deferred, signals_raise
 from sarlab.real.launch.netspec import NetSpec
@@ -183,8 +185,16 @@ def worker_env(rank: int, world: int, host: str, port: int) -> dict[str, str]:
 
 
 def _start(rank: int, world: int, rundir: str, network: netns.EmulatedNetwork | None, host: str,
-           port: int) -> subprocess.Popen:
+           port: int) -> subprocess.Popen | zygote.ForkedWorker:
     env = worker_env(rank, world, host, port)
+    if network is None:  # an emulated network's worker starts inside its namespace: a fresh interpreter
+        preloaded = zygote.current(_PACKAGE_ROOT)
+        if preloaded is not None:
+            try:
+                return preloaded.fork([rundir, str(rank)], env)
+            except RuntimeError as err:
+                _log.debug("rank %d starts as a fresh interpreter: %s", rank, err)
+                zygote.discard()
     prefix: list[str] = []
     if network is not None:
         env.update(network.env(rank), LOCAL_WORLD_SIZE=str(network.per_host), SARLAB_STORE_HOST_RANK0="1")
@@ -231,6 +241,7 @@ def _watch(procs: list[subprocess.Popen], network, rundir: str, grace_s: float,
         codes = [p.poll() for p in procs]
         failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
         if failed:
+            failed = _settle(procs, failed, rundir)
             down = network.hosts_down() if network is not None else []
             stalled = stalled_ranks(procs, failed, rundir)  # before they are stopped
             stop_workers(procs, grace_s)
@@ -248,6 +259,22 @@ def _watch(procs: list[subprocess.Popen], network, rundir: str, grace_s: float,
             stop_workers(procs, grace_s)
             raise WorkerError(-1, f"run exceeded {run_timeout_s:g}s and was stopped")
         time.sleep(0.05)
+
+
+#: what a rank's traceback says when it failed only because a peer went away (the peer is the one to name)
+AFTERMATH_MARKERS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+
+
+def _settle(procs: list, failed: list[int], rundir: str, settle_s: float = 3.0) -> list[int]:
+    """The failed ranks, once the one that caused the failure is among them: when every rank that failed so far
+    only lost a peer, wait up to ``settle_s`` for that peer (a rank that raised closes its connections before it
+    has written its traceback and exited, so its peers can exit first)."""
+    deadline = time.monotonic() + settle_s
+    while time.monotonic() < deadline and all(
+            any(m in _traceback_of(rundir, r) for m in AFTERMATH_MARKERS) for r in failed):
+        time.sleep(0.05)
+        failed = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
+    return failed
 
 
 #: the last line of a rank's traceback when a disk filled (shown alone: the atomic writes keep the old files whole)
@@ -336,9 +363,8 @@ def _failure(failed: list[int], codes: list, rundir: str, network=None, down: li
         reason = (f"unreachable: the network link of {hosts} is down; rank(s) {unreachable} could not be reached "
                   f"and every rank stopped (exit codes {dict(enumerate(codes))})")
         return WorkerError(unreachable[0], reason)
-    aftermath = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
     signalled = [r for r in failed if codes[r] < 0]
-    root = [r for r in failed if codes[r] > 0 and not any(m in (traceback_of(r) or "") for m in aftermath)]
+    root = [r for r in failed if codes[r] > 0 and not any(m in (traceback_of(r) or "") for m in AFTERMATH_MARKERS)]
     rank = (signalled or root or failed)[0]
     reason = _describe_exit(codes[rank])
     text = traceback_of(rank)

@@ -16,6 +16,9 @@ import sys
 def _main() -> None:
     gc.disable()
     from sarlab.common.log import configure_from_env
+    from sarlab.real.launch.zygote import set_process_name
+
+    set_process_name(f"sarlab-rank{sys.argv[2] if len(sys.argv) > 2 else ''}")  # as a forked worker is named
 
     configure_from_env(int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2].isdigit() else 0)  # as the launcher's
     from sarlab.real.launch.worker import main  # the heavy imports, with the collector paused

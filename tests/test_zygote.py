@@ -1,0 +1,115 @@
+"""Workers forked from the preloaded zygote (:mod:`sarlab.real.launch.zygote`) run as fresh interpreters do.
+
+Checked here: a run whose workers the zygote forked gives the records of the same run on fresh interpreters
+(``SARLAB_WORKER_START=spawn``), losses and accuracies equal to the last bit; the workers are the launcher's own
+children (it reads their exit status), named ``sarlab-rankN``, with the launcher's working directory and
+environment; one zygote serves the runs of a process, a changed environment gets a new one, a dead one is
+replaced, and when none can serve the run still goes on fresh interpreters. Fault handling through the zygote
+(a rank that raises, one killed by a signal, a launcher killed) is in test_faults_cli.py,
+test_launcher_signals.py and test_safety_faults.py, which run with the default (the zygote).
+"""
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+import sarlab
+from sarlab.common.paths import package_parent
+from sarlab.data.graphs import synthetic_graph
+from sarlab.data.partition import partition
+from sarlab.real.launch import zygote
+
+COLUMNS = ["rank", "epoch", "loss", "train_acc", "val_acc", "bytes_sent"]
+
+
+@pytest.fixture(scope="module")
+def pdir(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("zygote") / "p2")
+    partition(synthetic_graph(nodes=400, degree=6, features=8, classes=3, seed=1), 2, path)
+    return path
+
+
+def _records(pdir: str, **kw):
+    result = sarlab.run(pdir, workers=2, model="gcn", epochs=3, run_timeout_s=240, **kw)
+    return result.records.sort_values(["rank", "epoch"])[COLUMNS].reset_index(drop=True)
+
+
+def _ours() -> zygote.Zygote:
+    assert zygote._CURRENT, "no zygote was started"
+    return zygote._CURRENT[0]
+
+
+def test_forked_workers_train_as_fresh_ones(pdir, monkeypatch):
+    zygote.discard()
+    forked = _records(pdir)
+    first = _ours()
+    assert first.proc.poll() is None
+    with open(f"/proc/{first.proc.pid}/comm") as f:
+        assert f.read().strip() == "sarlab-zygote"
+    assert _records(pdir).equals(forked)  # a second run: the same zygote
+    assert _ours() is first
+    monkeypatch.setenv(zygote.START_ENV, "spawn")
+    fresh = _records(pdir)
+    assert fresh.equals(forked), f"forked:\n{forked}\nfresh:\n{fresh}"
+
+
+def test_workers_are_adopted_named_and_see_the_launchers_cwd(tmp_path, monkeypatch):
+    zygote.discard()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SARLAB_ZYGOTE_TEST", "1")  # after the zygote started: it must be replaced
+    preloaded = zygote.current(str(package_parent()))
+    rundir = tmp_path / "run"
+    rundir.mkdir()  # an empty run directory: the worker fails at once (no job.pkl) and says so in rank0.err
+    env = dict(os.environ, SARLAB_LAUNCHER_PID=str(os.getpid()), MASTER_ADDR="127.0.0.1", MASTER_PORT="1")
+    worker = preloaded.fork([str(rundir), "0"], env)
+    assert worker.wait(60) == 1
+    text = (rundir / "rank0.err").read_text()
+    assert "job.pkl" in text and "Traceback" in text  # the worker's own failure path, in the launcher's cwd's file
+    monkeypatch.setenv("SARLAB_ZYGOTE_TEST", "2")
+    assert not preloaded.usable()
+    replacement = zygote.current(str(package_parent()))
+    assert replacement is not preloaded
+    assert preloaded.proc.poll() is not None  # the old one was stopped
+
+
+def test_a_dead_zygote_is_replaced_and_a_refusing_one_falls_back(pdir, monkeypatch):
+    zygote.discard()
+    reference = _records(pdir)
+    dead = _ours()
+    os.kill(dead.proc.pid, signal.SIGKILL)
+    dead.proc.wait(10)
+    assert _records(pdir).equals(reference)
+    assert _ours() is not dead
+
+    def refuse(self, argv, env):
+        raise RuntimeError("refused (test)")
+
+    monkeypatch.setattr(zygote.Zygote, "fork", refuse)
+    assert _records(pdir).equals(reference)  # on fresh interpreters
+    zygote.discard()
+    assert not zygote._CURRENT
+
+
+def test_kernel_preload_loads_a_finished_build_and_leaves_an_unbuilt_one_to_the_first_run(tmp_path):
+    """The zygote's :func:`sarlab.kernels.preload` never builds: with an empty build directory it says False and
+    leaves the loader as it was (the workers' first :func:`~sarlab.kernels.backend` starts the build, as before)."""
+    import subprocess
+    import sys
+
+    code = ("from sarlab import kernels; from sarlab.kernels import _loader; "
+            "print(kernels.preload(), kernels.extension_error(), _loader._ext is None, "
+            "(kernels.build_dir() / 'build.log').exists())")
+    env = dict(os.environ, SARLAB_KERNEL_BUILD_DIR=str(tmp_path), SARLAB_KERNEL_BUILD="off")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "None", "True", "False"], out.stdout
+    from sarlab import kernels
+
+    if kernels.backend("auto") == "cpp":  # this checkout's finished build (make test builds it): preload loads it
+        code = ("from sarlab import kernels; from sarlab.kernels import _loader; "
+                "print(kernels.preload(), _loader._ext is not None, _loader._announced)")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == ["True", "True", "False"], out.stdout
