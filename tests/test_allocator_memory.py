@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pandas as pd
 import pytest
+from test_allocator_scale import row as scale_row
 from test_simulator_fixtures import hand_profile
 
 from sarlab import kernels
@@ -30,13 +31,8 @@ def measured_profile() -> Profile:
 
 
 def row(mem_method: str | None, workers: int = 2) -> pd.Series:
-    values = {"label": "", "graph": "g", "partition_dir": "", "num_nodes": 20_000, "num_edges": 400_000,
-              "feature_dim": 64, "num_classes": 16, "model": "gcn", "layers": 2, "hidden": 64, "heads": 1,
-              "aggr": "mean", "fused": False, "mode": "sar", "workers": workers, "prefetch": 1, "dtype": "float32",
-              "batchnorm": False, "dropout": 0.0, "threads": 1, "net": "loopback", "backend": "gloo"}  # fmt: skip
-    if mem_method is not None:
-        values["mem_method"] = mem_method
-    return pd.Series(values)
+    """test_allocator_scale's GCN 2 x 64 summary row on 20,000 nodes, at two workers by default."""
+    return scale_row(mem_method, workers)
 
 
 STATS = estimate_partition(20_000, 400_000, 2, 64, 16)
