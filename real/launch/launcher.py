@@ -150,8 +150,11 @@ def launch(job: Job, world: int, host: str = "127.0.0.1", port: int = 0, grace_s
                 port = store.port
             with open(os.path.join(rundir, "job.pkl"), "wb") as f:
                 pickle.dump({"job": job, "world": world}, f)
+            preloaded = zygote.current(_PACKAGE_ROOT) if network is None else None  # emulated: in the namespaces
             for rank in range(world):
-                procs.append(_start(rank, world, rundir, network, host, port))
+                procs.append(_start(rank, world, rundir, network, host, port, preloaded))
+                if preloaded is not None and not isinstance(procs[-1], zygote.ForkedWorker):
+                    preloaded = None  # it failed (and was stopped): this run's other ranks start fresh too
             _watch(procs, network, rundir, grace_s, run_timeout_s, job.timeout_s)
             result = os.path.join(rundir, "result")
             if job.kind == "verify":
@@ -184,17 +187,17 @@ def worker_env(rank: int, world: int, host: str, port: int) -> dict[str, str]:
     return env
 
 
-def _start(rank: int, world: int, rundir: str, network: netns.EmulatedNetwork | None, host: str,
-           port: int) -> subprocess.Popen | zygote.ForkedWorker:
+def _start(rank: int, world: int, rundir: str, network: netns.EmulatedNetwork | None, host: str, port: int,
+           preloaded: zygote.Zygote | None = None) -> subprocess.Popen | zygote.ForkedWorker:
+    """Rank ``rank``'s worker: forked from ``preloaded`` when given and it serves, else a fresh interpreter (inside
+    its host's namespace on an emulated network)."""
     env = worker_env(rank, world, host, port)
-    if network is None:  # an emulated network's worker starts inside its namespace: a fresh interpreter
-        preloaded = zygote.current(_PACKAGE_ROOT)
-        if preloaded is not None:
-            try:
-                return preloaded.fork([rundir, str(rank)], env)
-            except RuntimeError as err:
-                _log.debug("rank %d starts as a fresh interpreter: %s", rank, err)
-                zygote.discard()
+    if preloaded is not None:
+        try:
+            return preloaded.fork([rundir, str(rank)], env)
+        except RuntimeError as err:
+            _log.debug("rank %d starts as a fresh interpreter: %s", rank, err)
+            zygote.discard()  # the next run starts another
     prefix: list[str] = []
     if network is not None:
         env.update(network.env(rank), LOCAL_WORLD_SIZE=str(network.per_host), SARLAB_STORE_HOST_RANK0="1")

@@ -14,15 +14,15 @@ signals its session exactly as for a process it started itself; the worker asks 
 once it has been adopted. The worker gets the launcher's environment, working directory and stdin/stdout/stderr
 (passed over the socket) at each request, and the ``sys.path`` a fresh interpreter started there would have; a
 zygote whose environment no longer matches the launcher's (the engine reads some variables as it imports) is
-replaced. Whenever a zygote cannot be used (none
-starts, it dies, a worker is not adopted) the launcher starts fresh interpreters instead, as it does for emulated
-networks and when ``$SARLAB_WORKER_START=spawn``.
+replaced. Whenever a zygote cannot be used (none starts, it dies, a worker is not adopted) the launcher starts fresh
+interpreters instead, as it does for emulated networks and when ``$SARLAB_WORKER_START=spawn``.
 
 The zygote and its workers are named in ``ps``/``top`` (``/proc/PID/comm``): ``sarlab-zygote``, ``sarlab-rank0``...
 """
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import logging
 import os
@@ -57,7 +57,7 @@ def set_process_name(name: str) -> None:
 
 def is_subreaper() -> bool:
     flag = ctypes.c_int(0)
-    ctypes.CDLL(None, use_errno=True).prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0)
+    _prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag))
     return bool(flag.value)
 
 
@@ -161,7 +161,7 @@ class Zygote:
                 raise RuntimeError(f"the zygote could not fork a worker: {reply[1] or 'it exited'}")
             pid = reply[1]
             if not _adopted(pid, ADOPT_TIMEOUT_S):
-                with _quiet():
+                with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
                 raise RuntimeError(f"worker {pid} was not adopted by the launcher")
             return ForkedWorker(pid)
@@ -172,16 +172,8 @@ class Zygote:
         self.sock.close()
         if self.proc.poll() is None:
             self.proc.kill()
-        with _quiet():
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             self.proc.wait(5)
-
-
-class _quiet:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, err, tb):
-        return kind is not None and issubclass(kind, (OSError, subprocess.TimeoutExpired))
 
 
 _CURRENT: list[Zygote] = []
