@@ -32,6 +32,15 @@ class GCN(nn.Module):
         return self.conv2(x, edge_index, edge_weight)
 
 
+class DropGCN(GCN):
+    """The same model with PyG examples' F.dropout (the global RNG) before each layer."""
+
+    def forward(self, x, edge_index, edge_weight=None):
+        x = nn.functional.dropout(x, p=0.5, training=self.training)
+        x = self.conv1(x, edge_index, edge_weight).relu()
+        return self.conv2(nn.functional.dropout(x, p=0.5, training=self.training), edge_index, edge_weight)
+
+
 @pytest.fixture(scope="module")
 def graph():
     return synthetic_graph(nodes=200, degree=4, features=6, classes=3, seed=2)
@@ -99,3 +108,22 @@ def test_datasets_is_a_module():
     assert module is sarlab.datasets
     g = module.load("cora")
     assert (g.num_nodes, int(g.train_mask.sum())) == (2708, 140)
+
+
+@pytest.mark.timeout(300)
+def test_a_models_own_dropout_repeats_exactly_however_the_workers_start(graph, monkeypatch):
+    """F.dropout draws from each worker's global RNG, which the run seeds from (seed, rank): the same losses on
+    workers forked from the zygote, on a second run and on fresh interpreters; another seed changes them."""
+    from sarlab.real.launch import zygote
+
+    def losses(seed: int = 0) -> list[float]:
+        res = sarlab.run(graph, workers=2, model_fn=DropGCN, model=sarlab.ModelConfig(seed=seed),
+                         train=TrainConfig(epochs=4, dtype="float64"), run_timeout_s=240)
+        return res.records.sort_values(["rank", "epoch"]).loss.tolist()
+
+    forked = losses()
+    assert losses() == forked
+    monkeypatch.setenv(zygote.START_ENV, "spawn")
+    assert losses() == forked
+    monkeypatch.delenv(zygote.START_ENV)
+    assert losses(seed=1) != forked

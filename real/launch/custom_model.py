@@ -6,7 +6,8 @@ returns a ``torch.nn.Module`` whose forward takes ``(graph, x)``, or ``(graph, x
 (``graph.aggregate(Aggregation(...), h)``, ``graph.in_degree``, ``graph.dst(h)``, ``graph.all_reduce``), as in
 single-process code. It is pickled with cloudpickle, so a function or class defined in a notebook cell or in a
 script's ``__main__`` reaches the worker processes. Every rank calls it under the same seed
-(``ModelConfig.seed``), so the replicas start from the same parameters.
+(``ModelConfig.seed``), so the replicas start from the same parameters; then each rank seeds its global RNG,
+which the model's own randomness (``F.dropout``) draws from, from the seed and its rank (:func:`rank_seed`).
 """
 from __future__ import annotations
 
@@ -251,3 +252,12 @@ def install(trainer: Trainer, model_fn: Callable, seed: int) -> None:
     trainer.model = module
     trainer.params = list(module.parameters())
     trainer.opt = torch.optim.Adam(trainer.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    # the module's own randomness (a PyG model's F.dropout) draws from the global RNG: seeded from (seed, rank),
+    # so a run repeats exactly however its workers started (forked from a zygote or fresh) and whatever ran before
+    torch.manual_seed(rank_seed(seed, trainer.graph.rank))
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """The global RNG's seed on ``rank`` for a custom model built with ``seed``: distinct per rank (dropout masks
+    of different nodes must not repeat across ranks), the same in every run."""
+    return seed * 100_003 + rank
