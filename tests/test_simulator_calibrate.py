@@ -149,11 +149,11 @@ def test_commbench_ranks_know_they_share_the_host(monkeypatch):
     class Stop(Exception):
         pass
 
-    def fake_popen(cmd, env=None, **kwargs):
-        seen.append(env)
+    def fake_group(commands, envs, *args, **kwargs):
+        seen.extend(envs)
         raise Stop
 
-    monkeypatch.setattr("sarlab.real.calibration.hostbench.subprocess.Popen", fake_popen)
+    monkeypatch.setattr("sarlab.real.calibration.hostbench.run_group", fake_group)
     with pytest.raises(Stop):
         launch_commbench(4, 1, [256], backend="ccl")
     assert seen[0]["LOCAL_WORLD_SIZE"] == "4"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
@@ -113,3 +114,45 @@ def test_kernel_preload_loads_a_finished_build_and_leaves_an_unbuilt_one_to_the_
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr
         assert out.stdout.split() == ["True", "True", "False"], out.stdout
+
+
+def test_a_module_runs_forked_with_its_argv_cwd_and_streams(tmp_path, monkeypatch):
+    """:func:`zygote.start_module` forks ``python -m MODULE ARGS`` from the zygote (a stdlib module here, whose output
+    is known without sarlab): it is this process's child, named after the module, runs in the given working
+    directory with the given argv, writes to the given stdout/stderr files and exits with the module's status."""
+    zygote.discard()
+    monkeypatch.setenv("SARLAB_ZYGOTE_TEST", "module")
+    (tmp_path / "in.json").write_text('{"b": [1, 2], "a": null}')
+    (tmp_path / "bad.json").write_text("{not json")
+    root = str(package_parent())
+    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+        good = zygote.start_module("json.tool", ["--sort-keys", "--compact", "in.json"], dict(os.environ),
+                                   str(tmp_path), root, stdout=out, stderr=err)
+        assert isinstance(good, zygote.ForkedWorker)
+        with open(f"/proc/{good.pid}/stat") as f:  # adopted: our child (or already a zombie of ours)
+            assert int(f.read().rsplit(")", 1)[1].split()[1]) == os.getpid()
+        assert good.wait(60) == 0
+        bad = zygote.start_module("json.tool", ["bad.json"], dict(os.environ), str(tmp_path), root, stdout=out,
+                                  stderr=err)
+        assert bad.wait(60) == 1
+    assert (tmp_path / "out").read_text() == '{"a":null,"b":[1,2]}\n'
+    assert "Expecting property name" in (tmp_path / "err").read_text()
+    read, write = os.pipe()  # a stdin nobody writes to: json.tool waits on it until killed
+    try:
+        sleeper = zygote.start_module("json.tool", [], dict(os.environ), str(tmp_path), root, stdin=read)
+        deadline = time.monotonic() + 30
+        while _comm(sleeper.pid) != "sarlab-tool" and time.monotonic() < deadline:  # named as it starts
+            time.sleep(0.01)
+        assert _comm(sleeper.pid) == "sarlab-tool"
+        assert sleeper.poll() is None
+        sleeper.kill()
+        assert sleeper.wait(10) == -signal.SIGKILL
+    finally:
+        os.close(read)
+        os.close(write)
+        zygote.discard()
+
+
+def _comm(pid: int) -> str:
+    with open(f"/proc/{pid}/comm") as f:
+        return f.read().strip()

@@ -14,13 +14,14 @@ import os
 from sarlab.real.calibration.hostbench import colocation_threads, share_seconds
 from sarlab.simulator.calibration.calibration import Calibration
 
-#: seconds of the steps whose length does not depend on the cores (quick, full), quiet 2-core EPYC VM. The engine
-#: step (:func:`sarlab.real.calibration.engine_runs.bench_engine`) runs each pass in one process (~7 s of imports):
-#: quick one pass of 6 tiny runs; full two passes of 2 rss runs at 35,000 nodes (~1.5 s an epoch) and 6 live runs
-#: (~0.5 s an epoch under live at 12,500 nodes, ~2 s at 100,000), 3 epochs each: an estimate from the
-#: 2026-11-27 rss and live epochs, to be checked on a quiet machine. The full memory step runs the first-use probe
-#: under rss (one interpreter per family) and under live (one interpreter, ~9 s measured at a load of 2.8)
-FIXED_S = {"memory": (1.0, 17.0), "network": (12.0, 45.0), "engine": (10.0, 80.0)}
+#: seconds of the steps whose length does not depend on the cores (quick, full), on a quiet 2-core EPYC VM. Every
+#: process these steps start but the first-use probe's is forked from the zygote (``zygote``: its one import of the
+#: engine), so the steps cost their own work: ``memory`` the allocator and, in a full calibration, the first-use
+#: probe (7 fresh interpreters at once under rss, one forked under live); ``network`` netbench, commbench (quick:
+#: 2 and 3 ranks once; full: 2, 4 and 8 ranks, 3 rounds) and progressbench (``C``, ``2C`` and ``4C`` ranks, each
+#: rank's rounds the same work, so their length grows with ``P / C``, not with the cores); ``engine`` one pass of
+#: single-worker epochs (quick: 4 tiny runs; full: 2 rss runs at 35,000 nodes and 6 live runs up to 100,000)
+FIXED_S = {"zygote": (4.0, 4.0), "memory": (0.5, 20.0), "network": (15.0, 80.0), "engine": (5.0, 45.0)}
 #: timed calls of one op family's shapes (quick, full) and of one thread count of its slowest shape
 OP_BASE_S, OP_PER_COUNT_S = (1.0, 4.0), (0.3, 0.6)
 #: a load average above this share of the cores means other processes compete for them
@@ -45,11 +46,14 @@ def op_seconds(cal: Calibration, cores: int) -> float:
 
 
 def step_seconds(cal: Calibration, step: str, cores: int = 2) -> float:
-    """Expected seconds of ``step``: ``memory``, ``network``, ``engine`` or ``share`` (every co-location group)."""
+    """Expected seconds of ``step``: ``zygote``, ``memory``, ``network``, ``engine`` or ``share`` (every
+    co-location group)."""
     if step == "share":
         return 0.0 if cal.quick or cores <= 1 else len(colocation_threads(cores)) * share_seconds(cal)
     seconds = _pick(cal, FIXED_S[step])
     if step == "network" and not cal.network or step == "engine" and not cal.engine:
+        return 0.0
+    if step == "zygote" and not (cal.network or cal.engine or (not cal.quick and cores > 1)):
         return 0.0
     return seconds
 
@@ -57,7 +61,7 @@ def step_seconds(cal: Calibration, step: str, cores: int = 2) -> float:
 def expected_seconds(cal: Calibration, cores: int) -> float:
     """Expected seconds of the whole calibration on a quiet machine of ``cores`` cores."""
     return (OP_FAMILIES * op_seconds(cal, cores)
-            + sum(step_seconds(cal, s, cores) for s in ("memory", "network", "engine", "share")))
+            + sum(step_seconds(cal, s, cores) for s in ("zygote", "memory", "network", "engine", "share")))
 
 
 def busy_warning(cal: Calibration, cores: int, load: float | None = None) -> list[str]:
@@ -76,13 +80,13 @@ def busy_warning(cal: Calibration, cores: int, load: float | None = None) -> lis
         return lines
     steps = OP_FAMILIES + 4
     tries = max(cal.quiet_tries, 1)
-    waits = 0.0 if cal.quick else steps * tries * cal.quiet_wait_s
+    waits = 0.0 if cal.quick else steps * (tries - 1) * cal.quiet_wait_s  # a retry waits for a quiet spell first
     likely = tries * expected * max(1.0, load / cores)
     worst = BUSY_FACTOR * likely + waits
     lines.append(
         f"[calibrate] BUSY MACHINE: load average {load:.1f} on {cores} core(s): other processes compete for the "
         f"cores, so timings are slower and noisier. Each disturbed step is measured up to {tries} time(s)"
-        + (f" after waiting up to {cal.quiet_wait_s:.0f} s for a quiet spell" if waits else "")
+        + (f", each retry after waiting up to {cal.quiet_wait_s:.0f} s for a quiet spell" if waits else "")
         + f": this may take ~{likely / 60:.0f} to ~{worst / 60:.0f} min instead of ~{expected / 60:.1f}, and the "
         "profile may be "
         "flagged implausible. Calibrate on a quiet machine (or pinned, idle cores) for numbers to rely on.")

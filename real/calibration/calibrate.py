@@ -36,9 +36,10 @@ would not change it.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -62,6 +63,7 @@ from sarlab.real.calibration.hostbench import (
 )
 from sarlab.real.calibration.opbench import bench_elementwise, bench_gemm, bench_max, bench_spmm, thread_counts
 from sarlab.real.calibration.progressbench import ROWS, spread_table
+from sarlab.real.calibration.ranks import preload
 from sarlab.simulator.calibration.calibration import Calibration, Findings
 from sarlab.simulator.calibration.fitting import fit_message_costs
 from sarlab.simulator.hardware.backends import BASE_BACKEND
@@ -75,6 +77,25 @@ __all__ = ["Calibration", "calibrate", "calibrate_backend"]
 SPREAD_CALLS = 3
 #: the link assumed when the gloo benchmark does not run
 ASSUMED_LINK = Link(latency_s=50e-6, bandwidth_Bps=1e9)
+
+
+@contextlib.contextmanager
+def _took(cal: Calibration, what: str) -> Iterator[None]:
+    """Log the wall seconds the block took at its end (``    what: 12.3 s``): every step's measured length beside
+    the expected one its progress line announced."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        cal.log(f"    {what}: {time.perf_counter() - t0:.1f} s")
+
+
+def _preload(cal: Calibration) -> None:
+    """Start the zygote the rank benchmarks fork from (:func:`sarlab.real.calibration.ranks.preload`) before the
+    first step that needs it, outside any timed step: its one import of the engine is not another process's load
+    during a measurement."""
+    with _took(cal, "benchmark processes' interpreter (zygote) ready"):
+        preload()
 
 
 def _measure_ops(cal: Calibration, found: Findings, cores: int, steps_total: int) -> dict[str, OpCost]:
@@ -114,6 +135,7 @@ def _measure_ops(cal: Calibration, found: Findings, cores: int, steps_total: int
         found.notes.append("co-location not measured (quick or one core): the host model derives it from the "
                            "thread speed-ups")
         return ops
+    _preload(cal)
     return _measure_colocation(cal, found, cores, ops)
 
 
@@ -126,8 +148,9 @@ def _measure_colocation(cal: Calibration, found: Findings, cores: int, ops: dict
         cal.log(f"    co-located ranks: sharebench, one rank of {threads} thread(s) alone and beside {ranks - 1} more "
                 f"in adjacent windows (expected ~{share_seconds(cal):.0f} s) ...")
         try:
-            shares = quiet_step(cal, found, "share" if threads == 1 else f"share_threads_{threads}",
-                                lambda t=threads: bench_share(cal, found, cores, t))
+            with _took(cal, f"co-location of {threads}-thread ranks"):
+                shares = quiet_step(cal, found, "share" if threads == 1 else f"share_threads_{threads}",
+                                    lambda t=threads: bench_share(cal, found, cores, t))
         except (subprocess.SubprocessError, OSError, ValueError, RuntimeError, KeyError) as err:
             found.notes.append(f"co-location of {threads}-thread ranks not measured ({type(err).__name__}: {err})")
             continue
@@ -156,7 +179,7 @@ def _measure_memory(cal: Calibration, found: Findings) -> tuple[float, dict[str,
         for memory in ("rss", "live"):
             try:
                 measured, kernel = bench_first_use(found, memory)
-            except (subprocess.SubprocessError, OSError, ValueError, IndexError, KeyError) as err:
+            except (subprocess.SubprocessError, OSError, ValueError, IndexError, KeyError, RuntimeError) as err:
                 found.notes.append(f"first-use memory under {memory} not measured ({type(err).__name__}: {err})")
                 continue
             if measured:
@@ -312,6 +335,7 @@ def calibrate_backend(cal: Calibration, backend: str, command: str = "") -> dict
         raise ValueError(f"{BASE_BACKEND} is the profile's own communication; `sarlab calibrate` measures it")
     found = Findings()
     start, load_before = time.perf_counter(), load_averages()
+    _preload(cal)
     cal.log(f"[calibrate --backend {backend} 1/3] point-to-point (2 local processes) ...")
     link, _, cpu_per_byte = _measure_network(replace(cal, network=True), found, backend)
     if link is ASSUMED_LINK:
@@ -364,14 +388,20 @@ def calibrate(cal: Calibration | None = None, name: str = "local") -> Profile:
             log(f"    WARNING: implausible {line}")
         log(f"[calibrate {steps_total - 1}/{steps_total}] allocator and first-use memory "
             f"(expected ~{step_seconds(cal, 'memory'):.0f} s) ...")
-        factor, first_use, transients = _measure_memory(cal, found)
+        with _took(cal, "allocator and first-use memory"):
+            factor, first_use, transients = _measure_memory(cal, found)
     finally:
         set_threads(old_threads)
+    if cal.network or cal.engine:
+        _preload(cal)
     log(f"[calibrate {steps_total}/{steps_total}] gloo point-to-point, message costs and progress spread "
         f"(expected ~{step_seconds(cal, 'network'):.0f} s) ...")
-    link, call_s, cpu_per_byte = _measure_network(cal, found)
-    messages = _measure_messages(cal, found)
-    spread = _measure_spread(cal, found, cores)
+    with _took(cal, "point-to-point"):
+        link, call_s, cpu_per_byte = _measure_network(cal, found)
+    with _took(cal, "message costs"):
+        messages = _measure_messages(cal, found)
+    with _took(cal, "progress spread"):
+        spread = _measure_spread(cal, found, cores)
     profile = Profile(
         name=name,
         ops=ops,
@@ -395,7 +425,8 @@ def calibrate(cal: Calibration | None = None, name: str = "local") -> Profile:
             "inter_host = intra_host: measured on one machine (loopback gloo)",
         ),
     )
-    profile = _fit_engine(cal, found, profile)
+    with _took(cal, "engine epochs"):
+        profile = _fit_engine(cal, found, profile)
     off_scale = implausible_compute_scale(profile.for_memory(MICROBENCHMARK_MEMORY).compute_scale)
     for line in off_scale:
         log(f"    WARNING: implausible {line}")

@@ -5,16 +5,17 @@ configurations.
 The op microbenchmarks miss part of a whole epoch (fresh-page faults of large tensors, the allocator, small
 ops and Python), and that part grows with the memory a worker holds. :func:`bench_engine` measures it: real
 single-worker, single-thread epochs of the engine on graphs of several sizes, over what the simulator
-predicts for them from the microbenchmarks alone, each size run in two passes and fitted through the median of
-its runs as a power law of the worker's predicted peak memory
+predicts for them from the microbenchmarks alone, each size run in :data:`ENGINE_PASSES` pass(es) and fitted through
+the median of its runs as a power law of the worker's predicted peak memory
 (:attr:`sarlab.simulator.hardware.profile.Profile.compute_scale_curve`), under ``sarlab train``'s default memory
 method (``live``: the counting allocator, whose block cache reuses resident pages); the other method's epochs
 (``rss``: every large tensor on fresh pages) are measured on the same graph at the middle size, and their ratio kept
 (:attr:`sarlab.simulator.hardware.profile.Profile.memory_scale`): on the 2-core VM the two differed 2.3x on
 2026-11-27, and the fault-paying ``rss`` side drifts from day to day. Each pass's runs share one process
 (:func:`run_child` starts ``python -m sarlab.real.calibration.engine_runs``, :func:`main`, which runs them as a
-one-worker ``sarlab train`` worker would: one interpreter and torch import instead of one per run, 6-8 s each on the
-2-core VM); :func:`engine_epoch` (the probe's) is a whole ``sarlab train``.
+one-worker ``sarlab train`` worker would), forked from the zygote as ``sarlab train``'s workers are
+(:func:`sarlab.real.calibration.ranks.run_group`): no interpreter start or torch import per pass;
+:func:`engine_epoch` (the probe's) is a whole ``sarlab train``.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from sarlab.core.shards import ShardedGraph
 from sarlab.data.partition import load_manifest, load_part
 from sarlab.nn.model import ModelConfig
 from sarlab.real.calibration.harness import ROOT
+from sarlab.real.calibration.ranks import run_group
 from sarlab.real.launch.prepare import prepare_partition
 from sarlab.simulator.calibration.calibration import Calibration
 from sarlab.simulator.calibration.fitting import fit_memory_ratio, fit_scale_curve, median_scale_points
@@ -57,8 +59,10 @@ ENGINE_GRAPH = "synthetic:nodes={nodes},degree=30,features=128,classes=16,seed=7
 #: most of the 13 minutes of the 2-core VM's calibration before issue 39)
 ENGINE_SIZES = (12_500, 35_000, 100_000)
 ENGINE_SIZES_QUICK = (1_500, 3_000)
-#: passes over the sizes (ascending, then descending): each size's point is the median of its 2 x passes runs
-ENGINE_PASSES = 2
+#: passes over the sizes (ascending, then descending): each size's point is the median of its 2 x passes runs. One:
+#: a second pass moved each size's point by less than the two passes differ from each other (results/host_model/
+#: budget/README.md) and cost ~40 s of a 1-core calibration's 3-minute budget
+ENGINE_PASSES = 1
 #: a size whose runs' ratios differ by more than this factor is logged as a warning
 SPREAD_WARNING = 1.3
 #: the models of every size
@@ -124,9 +128,7 @@ def run_child(runs: list[dict[str, Any]], tmp: Path) -> list[pd.Series]:
     plan, out = tmp / "plan.json", tmp / "runs.json"
     plan.write_text(json.dumps({"runs": runs}))
     cmd = [sys.executable, "-m", "sarlab.real.calibration.engine_runs", str(plan), str(out)]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
-    if proc.returncode != 0:
-        raise RuntimeError(f"engine runs exited with {proc.returncode}: {proc.stderr[-400:]}")
+    run_group([cmd], [dict(os.environ)], "engine runs", CHILD_TIMEOUT_S)  # forked from the zygote, as the workers
     records = json.loads(out.read_text())["runs"]
     return [summarize_measured(with_defaults(pd.DataFrame(recs)), warmup=1).iloc[0] for recs in records]
 

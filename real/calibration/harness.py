@@ -94,16 +94,19 @@ def wait_idle(max_s: float, share: float = 0.1, quiet_for_s: float = 6.0) -> boo
 def quiet_step(cal: Calibration, found: Findings, name: str, fn: Callable[[], Any]) -> Any:
     """Run a timing step while the machine is otherwise idle, as far as that can be had.
 
-    Before each try this waits for an idle spell; during the try it measures the CPU time the rest of the
-    machine used (busy time from /proc/stat less this process's own). A try during which others used more
-    than :data:`DISTURBED_SHARE` of the cores is repeated (``cal.quiet_tries`` in all), and the least
-    disturbed result is kept; the disturbance is recorded in ``found.raw["disturbance"]``.
+    During each try this measures the CPU time the rest of the machine used (busy time from /proc/stat less this
+    process's own). A try during which others used more than :data:`DISTURBED_SHARE` of the cores is repeated
+    (``cal.quiet_tries`` in all) after waiting for an idle spell (:func:`wait_idle`, up to ``cal.quiet_wait_s``;
+    the first try does not wait: on a quiet machine a step costs its own time only, where waiting for a quiet
+    spell first cost every step at least 6 s), and the least disturbed result is kept; the disturbance is recorded
+    in ``found.raw["disturbance"]``.
     """
     best: tuple[float, Any] | None = None
     cores = max(usable_cores(), 1)
     tries = max(cal.quiet_tries, 1)
     for attempt in range(tries):
-        wait_idle(0.0 if cal.quick else cal.quiet_wait_s)
+        if attempt:
+            wait_idle(0.0 if cal.quick else cal.quiet_wait_s)
         a, t0 = busy_and_own(), time.perf_counter()
         result = fn()
         b, wall = busy_and_own(), time.perf_counter() - t0

@@ -1,12 +1,13 @@
 r"""Benchmarks of the host beyond single ops: the allocator, first-use memory, co-located processes, messages.
 
-Each of the last four runs other interpreters (:func:`sarlab.real.calibration.harness.module_command`): a fresh
-process for the memory that an op family adds on first use (:mod:`sarlab.real.calibration.memprobe`), one and then
-``C`` concurrent processes for the efficiency of co-located workers (:mod:`sarlab.real.calibration.sharebench`),
-and two ranks of a process group on 127.0.0.1 for the link (:mod:`sarlab.real.calibration.netbench`), and groups
-of 2 to 8 ranks for the software cost of posting and waiting for messages and of all-reduces
-(:mod:`sarlab.real.calibration.commbench`). The last two run over gloo (the default) or another backend
-(``backend="ccl"``: :mod:`sarlab.kernels.ccl`).
+Each of the last four runs other processes (:func:`sarlab.real.calibration.harness.module_command`): a fresh
+interpreter for the memory that an op family adds on first use (:mod:`sarlab.real.calibration.memprobe`, which
+measures what a process maps as it runs a family for the first time), and, forked from the zygote
+(:func:`sarlab.real.calibration.ranks.run_group`: no torch import per process), ``C / T`` concurrent processes for
+the efficiency of co-located workers (:mod:`sarlab.real.calibration.sharebench`), two ranks of a process group on
+127.0.0.1 for the link (:mod:`sarlab.real.calibration.netbench`), and groups of 2 to 8 ranks for the software cost of
+posting and waiting for messages and of all-reduces (:mod:`sarlab.real.calibration.commbench`). The last two run over
+gloo (the default) or another backend (``backend="ccl"``: :mod:`sarlab.kernels.ccl`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import time
 
 import numpy as np
@@ -22,7 +22,9 @@ import torch
 
 from sarlab.common.machine import usable_cores
 from sarlab.core.memory import rss_bytes
-from sarlab.real.calibration.harness import ROOT, free_port, module_command, module_env
+from sarlab.real.calibration.harness import free_port, module_command, module_env
+from sarlab.real.calibration.memprobe import run_probe
+from sarlab.real.calibration.ranks import run_group
 from sarlab.real.calibration.sharebench import GAP_S
 from sarlab.simulator.calibration.calibration import Calibration, Findings
 from sarlab.simulator.calibration.fitting import fit_link, fit_message_costs, pair_share_etas
@@ -51,21 +53,17 @@ def bench_allocator(found: Findings) -> float:
     return factor
 
 
-def bench_first_use(found: Findings, memory: str = "rss") -> tuple[dict[str, float], dict[str, float]]:
+#: the first-use probe's processes are fresh interpreters (why: :mod:`sarlab.real.calibration.memprobe`)
+FIRST_USE_FRESH = True
+
+
+def bench_first_use(found: Findings, memory: str = "rss",
+                    fresh: bool = FIRST_USE_FRESH) -> tuple[dict[str, float], dict[str, float]]:
     """Bytes per op family on first use as ``memory`` counts them (``rss``: resident bytes; ``live``: tensor bytes
-    left live), and under ``rss`` the sparse products' temporaries, from a fresh process
-    (:mod:`sarlab.real.calibration.memprobe`); ``found.raw["first_use"]`` holds ``rss``'s,
-    ``found.raw["first_use_live"]`` ``live``'s."""
-    out = subprocess.run(
-        module_command("memprobe", "--memory", memory),
-        capture_output=True,
-        text=True,
-        env=module_env(),
-        cwd=ROOT,
-        timeout=600,  # about 30 s of CPU; a busy machine's share of it can take minutes
-        check=True,
-    )
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    left live), and under ``rss`` the sparse products' temporaries, from the probe's processes, all at once
+    (:func:`sarlab.real.calibration.memprobe.run_probe`; fresh interpreters unless ``fresh`` is off: forked from the
+    zygote); ``found.raw["first_use"]`` holds ``rss``'s, ``found.raw["first_use_live"]`` ``live``'s."""
+    result = run_probe(memory, fresh=fresh)
     found.raw["first_use" if memory == "rss" else f"first_use_{memory}"] = result["first_use"]
     if memory == "rss":
         found.raw["transients"] = result["transients"]
@@ -75,27 +73,11 @@ def bench_first_use(found: Findings, memory: str = "rss") -> tuple[dict[str, flo
     )
 
 
-def _communicate(procs: list[subprocess.Popen], what: str, timeout: float) -> list[str]:
-    """The stdout of every process, in order; a process that fails raises with the tail of its stderr, and
-    whatever still runs afterwards is killed."""
-    outputs = []
-    try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=timeout)
-            if proc.returncode != 0:
-                raise RuntimeError(f"{what} exited with {proc.returncode}: {err.strip()[-300:]}")
-            outputs.append(out)
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    return outputs
-
-
 #: seconds of one sharebench window and window pairs per family in a full calibration (quick: 0.3 s, 2 pairs)
 SHARE_WINDOW_S = 0.4
-#: interpreter start, input set-up and warm-up of the sharebench processes before their first window
-SHARE_LEAD_IN_S = 12.0
+#: process start (forked from the zygote: milliseconds), input set-up and warm-up of the sharebench processes
+#: before their first window
+SHARE_LEAD_IN_S = 4.0
 
 
 def busy_ratio() -> float:
@@ -144,10 +126,10 @@ def bench_share(cal: Calibration, found: Findings, cores: int, threads: int = 1)
     if cal.quick:
         cmd.append("--quick")
     env = module_env(OMP_NUM_THREADS=str(threads))
-    running = [subprocess.Popen(cmd + (["--lead"] if i == 0 else []), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT) for i in range(processes)]
     budget = lead_in_s + 8 * (2 * pairs * seconds + GAP_S) + 120.0  # at most 8 families, then slack
-    outs = [json.loads(out.strip().splitlines()[-1]) for out in _communicate(running, "sharebench", budget)]
+    texts = run_group([cmd + (["--lead"] if i == 0 else []) for i in range(processes)], [env] * processes,
+                      "sharebench", budget)
+    outs = [json.loads(out.strip().splitlines()[-1]) for out in texts]
     lead = outs[0]
     late = max(o["late_s"] for o in outs)
     if late > 0.0:
@@ -180,12 +162,7 @@ def bench_network(cal: Calibration, found: Findings, backend: str = "gloo", loca
         "--backend", backend,
     )  # fmt: skip
     env = module_env(LOCAL_WORLD_SIZE=str(local_world))  # as the launcher says (see launch_commbench)
-    procs = [
-        subprocess.Popen(cmd + ["--rank", str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=env, cwd=ROOT)  # fmt: skip
-        for r in (0, 1)
-    ]
-    outputs = _communicate(procs, f"netbench rank ({backend})", 120)
+    outputs = run_group([cmd + ["--rank", str(r)] for r in (0, 1)], [env, env], f"netbench ({backend})", 120)
     result = json.loads(outputs[0].strip().splitlines()[-1])
     link = fit_link(sizes, result)
     found.raw[raw_key] = {"sizes": sizes, "local_world": local_world, **result}
@@ -202,9 +179,8 @@ def launch_commbench(world: int, repeats: int, sizes: list[int], timeout: float 
     # every rank on this host, as the launcher says (LOCAL_WORLD_SIZE): a backend that configures itself by it
     # (oneCCL's worker thread where ranks share cores, sarlab.kernels.ccl) then runs as it does in training
     env = module_env(OMP_NUM_THREADS="1", LOCAL_WORLD_SIZE=str(world))
-    procs = [subprocess.Popen(cmd + ["--rank", str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=env, cwd=ROOT) for r in range(world)]
-    outputs = _communicate(procs, f"commbench rank (world {world}, {backend})", timeout)
+    outputs = run_group([cmd + ["--rank", str(r)] for r in range(world)], [env] * world,
+                        f"commbench (world {world}, {backend})", timeout)
     return json.loads(outputs[0].strip().splitlines()[-1])
 
 

@@ -7,13 +7,20 @@ in every epoch's ``peak - baseline``. The probe mimics the engine's setup (one t
 threshold lowered by ``sarlab.core.memory.tune_malloc``, the kernels extension loaded, a gloo all-reduce, shards,
 a model and its optimizer), then runs one family once on a tiny input, forward and backward, the way the engine
 runs it (sum and mean: the C++ shard SpMM; max: the C++ running max), and records its RSS growth; each family
-in a fresh interpreter (``--family``), after an autograd step, so that pages families share count for each.
+in a fresh interpreter (``--family``), after an autograd step, so that pages families share count for each; the
+families' processes run at once (:func:`run_probe`: each one's RSS is its own).
+
+Fresh interpreters, not forks of the zygote as the calibration's other processes are: what this measures is resident
+growth, and that depends on how the process started. A fork's page tables begin without the file pages (torch's
+code) the zygote mapped as it imported, which fault in again as the child uses them, so a forked probe would count
+pages a fresh one counts in its baseline; the profiles so far were measured fresh, and the probe stays so until a
+comparison shows the two agree (``run_probe(fresh=False)`` measures forked).
 ``--memory live`` measures the same under the counting allocator the workers use by default
 (:func:`sarlab.core.memory.use_method`), where a run's peak counts tensor bytes: what a family adds there is the
 tensor bytes it leaves live (code pages and arenas are not tensors: 0 for every family on the 2-core EPYC VM,
 2026-11-28, against 0.7-7 MiB of resident bytes), every family in one process; without it, ``rss``.
 It also measures what the C++ shard SpMM allocates beyond its output (:func:`kernel_transients`), a check of
-the memory model's claim that it allocates nothing else (expected 0). Prints one JSON line
+the memory model's claim that it allocates nothing else (expected 0; ``--transients``). Prints one JSON line
 ``{"first_use": {...}, "transients": {...}}``.
 """
 
@@ -22,8 +29,8 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import socket
-import subprocess
 import sys
 from functools import partial
 
@@ -31,7 +38,10 @@ import torch
 import torch.distributed as dist
 
 from sarlab import kernels
+from sarlab.common.paths import package_parent
 from sarlab.core.memory import METHODS, method, peak_bytes, reset_peak, rss_bytes, tune_malloc, use_method
+
+ROOT = package_parent()  # the directory holding the sarlab package
 
 
 def _setup() -> None:
@@ -217,14 +227,39 @@ def first_use(family: str) -> float:
     return float(max(held_bytes() - before, 0))
 
 
-def _one_family(family: str, memory: str = "rss") -> float | None:
-    """:func:`first_use` of ``family`` in a fresh interpreter under ``memory`` (None where it fails: not measured),
-    so that pages several families share are counted for each of them, as a model running one family sees them."""
-    out = subprocess.run([sys.executable, "-m", "sarlab.real.calibration.memprobe", "--family", family,
-                          "--memory", memory], capture_output=True, text=True, timeout=120, check=False)
-    if out.returncode != 0 or not out.stdout.strip():
-        return None
-    return float(json.loads(out.stdout.strip().splitlines()[-1])[family])
+def probe_commands(memory: str = "rss") -> list[list[str]]:
+    """The processes one probe under ``memory`` runs, all at once (each one's RSS is its own): under ``rss`` one per
+    family (``--family``: pages several families share count for each of them, as a model running one family sees
+    them) and one for the sparse kernels' temporaries (``--transients``); under ``live`` one for every family
+    (tensor bytes: no pages to share)."""
+    def command(*args: str) -> list[str]:
+        return [sys.executable, "-m", "sarlab.real.calibration.memprobe", *args]
+
+    if memory == "live":
+        return [command("--memory", "live")]
+    return [*(command("--family", family, "--memory", memory) for family in PROBES), command("--transients")]
+
+
+def merge(outputs: list[str]) -> dict[str, dict[str, float]]:
+    """``{"first_use": {...}, "transients": {...}}`` from the last JSON line of each of :func:`probe_commands`'
+    outputs (a process that printed nothing measured nothing)."""
+    result: dict[str, dict[str, float]] = {"first_use": {}, "transients": {}}
+    for text in outputs:
+        lines = text.strip().splitlines()
+        if lines:
+            for key, values in json.loads(lines[-1]).items():
+                result[key].update(values)
+    return result
+
+
+def run_probe(memory: str = "rss", fresh: bool = True, timeout_s: float = 600.0) -> dict[str, dict[str, float]]:
+    """Run :func:`probe_commands` at once and :func:`merge` their outputs; ``fresh``: each a fresh interpreter,
+    else forked from the zygote (:func:`sarlab.real.calibration.ranks.run_group`)."""
+    from sarlab.real.calibration.ranks import run_group
+
+    commands = probe_commands(memory)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    return merge(run_group(commands, [env] * len(commands), f"memprobe ({memory})", timeout_s, fork=not fresh))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -232,29 +267,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--family", choices=sorted(PROBES), help="measure one family in this process and exit")
     parser.add_argument("--memory", choices=METHODS, default="rss",
                         help="the memory method to measure under (default rss: resident bytes)")
+    parser.add_argument("--transients", action="store_true",
+                        help="measure the sparse kernels' temporaries in this process and exit")
     args = parser.parse_args(argv)
     if args.family:
-        if use_method(args.memory) != args.memory:  # live without the C++ kernels: nothing to measure under it
-            return 1
-        _setup()
-        print(json.dumps({args.family: first_use(args.family)}), flush=True)
+        measured: dict[str, float] = {}
+        if use_method(args.memory) == args.memory:  # not live without the C++ kernels: nothing to measure under it
+            _setup()
+            try:
+                measured[args.family] = first_use(args.family)
+            except (RuntimeError, OSError, ImportError):  # a family this build cannot run: not measured
+                pass
+        print(json.dumps({"first_use": measured}), flush=True)
+        return 0
+    if args.transients:  # the sparse kernels' temporaries are resident bytes (VmHWM)
+        transients: dict[str, float] = {}
+        try:
+            _setup()
+            transients = kernel_transients()
+        except (OSError, RuntimeError):  # VmHWM cannot be reset here, or no C++ kernels: not measured
+            pass
+        print(json.dumps({"transients": transients}), flush=True)
         return 0
     if args.memory == "live":  # tensor bytes: no code pages shared between families, so one process runs them all
         live = use_method("live") == "live"  # not without the C++ kernels: nothing measured then
         if live:
             _setup()
-        measured = {name: first_use(name) if live else None for name in PROBES}
-    else:
-        measured = {name: _one_family(name, args.memory) for name in PROBES}
-    result = {name: value for name, value in measured.items() if value is not None}
-    transients: dict[str, float] = {}
-    try:
-        if args.memory == "rss":  # the sparse kernels' temporaries are resident bytes (VmHWM): measured once
-            _setup()
-            transients = kernel_transients()
-    except (OSError, RuntimeError):  # VmHWM cannot be reset here, or no C++ kernels: not measured
-        pass
-    print(json.dumps({"first_use": result, "transients": transients}), flush=True)
+        measured = {name: first_use(name) for name in PROBES} if live else {}
+        print(json.dumps({"first_use": measured}), flush=True)
+        return 0
+    print(json.dumps(run_probe(args.memory)), flush=True)
     return 0
 
 

@@ -85,7 +85,7 @@ def measure(workers: int, calls: int, rounds: int, rows: int = ROWS, degree: int
 
     try:
         run_ranks(workers, command, lambda rank: worker_env(rank, workers, "127.0.0.1", port), "progressbench",
-                  timeout_s)
+                  timeout_s, fork=True)  # forked from the zygote: the ranks time their SpMM calls, not their start
         return [json.loads(Path(f"{out}.{rank}").read_text()) for rank in range(workers)]
     finally:
         for rank in range(workers):

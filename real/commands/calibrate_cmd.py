@@ -30,8 +30,9 @@ def calibrate_parser() -> argparse.ArgumentParser:
                    help="profile JSON to write (default: %(default)s, in sarlab's cache, which `sarlab simulate` uses "
                    "by default and every calibration replaces; another existing file needs --force)")
     p.add_argument("--quick", action="store_true",
-                   help="small shapes, few repeats, no co-location: ~1 min by its step budget on a quiet machine; "
-                   "10-11 min measured on the 2-core VM under a load of 20-25 (it warns when busy)")
+                   help="small shapes, few repeats, no co-location: about 30 s on a quiet 2-core machine (a full "
+                   "calibration: about 3 min); it says at its start what its steps should take here, and warns, "
+                   "with the load it sees, when the machine is busy (minutes then)")
     p.add_argument("--no-network", action="store_true", help="skip the gloo benchmark (assume 50 us, 1 GB/s)")
     p.add_argument("--no-fused", action="store_true", help="skip the fused GAT kernels")
     p.add_argument("--no-engine", action="store_true",

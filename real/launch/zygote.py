@@ -17,7 +17,18 @@ zygote whose environment no longer matches the launcher's (the engine reads some
 replaced. Whenever a zygote cannot be used (none starts, it dies, a worker is not adopted) the launcher starts fresh
 interpreters instead, as it does for emulated networks and when ``$SARLAB_WORKER_START=spawn``.
 
-The zygote and its workers are named in ``ps``/``top`` (``/proc/PID/comm``): ``sarlab-zygote``, ``sarlab-rank0``...
+The same zygote runs a module's ``__main__`` on request (:func:`start_module`): the calibration's rank benchmarks
+(``python -m sarlab.real.calibration.commbench ...`` and the like) start in milliseconds instead of importing torch
+once per rank. Such a child gets the caller's requested argv, environment, working directory and stdin/stdout/stderr,
+runs ``runpy.run_module(module, run_name="__main__", alter_sys=True)`` with the collector on, and is adopted by the
+caller like a worker (a :class:`ForkedWorker`, the part of :class:`subprocess.Popen` the caller uses). What a fork
+cannot give a fresh interpreter: libgomp, MKL and oneDNN read ``OMP_NUM_THREADS`` and the like as the zygote
+imported torch, so a forked child sets its threads with ``torch.set_num_threads`` itself (the benchmarks do);
+and its resident memory starts as the zygote's (shared pages), so a probe of what a *fresh* process maps on first
+use must stay a fresh interpreter (``fresh=True``).
+
+The zygote and its workers are named in ``ps``/``top`` (``/proc/PID/comm``): ``sarlab-zygote``, ``sarlab-rank0``...,
+a module's child by its module's last name (``sarlab-commbench``).
 """
 from __future__ import annotations
 
@@ -27,6 +38,7 @@ import ctypes
 import logging
 import os
 import pickle
+import runpy
 import signal
 import socket
 import subprocess
@@ -104,6 +116,17 @@ class ForkedWorker:
             time.sleep(0.01)
         return self.returncode
 
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
 
 def _adopted(pid: int, timeout_s: float) -> bool:
     """Whether ``pid`` became this process's child (the kernel re-parents it when the middle process exits)."""
@@ -145,15 +168,26 @@ class Zygote:
                 raise RuntimeError(f"the zygote did not start: {status[1] or 'it exited'}")
             self.ready = True
 
-    def fork(self, argv: list[str], env: dict) -> ForkedWorker:
-        """A worker running ``worker.main(argv)`` with ``env``, this process's working directory and
+    def wait_ready(self) -> None:
+        """Block until the zygote has imported the engine (RuntimeError when it did not start)."""
+        with self.lock:
+            try:
+                self._wait_ready()
+            except (OSError, EOFError, pickle.PickleError) as err:
+                raise RuntimeError(f"the zygote did not answer ({err.__class__.__name__}: {err})") from err
+
+    def fork(self, argv: list[str], env: dict, module: str | None = None, cwd: str | None = None,
+             fds: tuple[int, int, int] = (0, 1, 2)) -> ForkedWorker:
+        """A worker running ``worker.main(argv)`` (or, with ``module``, that module's ``__main__`` with
+        ``sys.argv[1:] = argv``) with ``env``, working directory ``cwd`` (default: this process's) and ``fds`` as its
         stdin/stdout/stderr; adopted by this process. Raises RuntimeError when the zygote cannot give one."""
         with self.lock, subreaper():
             try:
                 self._wait_ready()
-                request = pickle.dumps({"argv": argv, "env": env, "cwd": os.getcwd()})
+                request = pickle.dumps({"argv": argv, "env": env, "cwd": cwd or os.getcwd(), "module": module,
+                                        "owner": os.getpid()})
                 self.sock.settimeout(30.0)
-                socket.send_fds(self.sock, [request], [0, 1, 2])
+                socket.send_fds(self.sock, [request], list(fds))
                 reply = pickle.loads(self.sock.recv(_MAX_MESSAGE) or pickle.dumps(("closed", "")))
             except (OSError, EOFError, pickle.PickleError) as err:
                 raise RuntimeError(f"the zygote did not answer ({err.__class__.__name__}: {err})") from err
@@ -210,6 +244,28 @@ def discard() -> None:
 def prestart(package_root: str) -> None:
     """Start the zygote now, so that it imports the engine while the caller does (a command line's first step)."""
     current(package_root)
+
+
+def start_module(module: str, args: list[str], env: dict, cwd: str, package_root: str, stdin=None, stdout=None,
+                 stderr=None, fresh: bool = False) -> ForkedWorker | subprocess.Popen:
+    """``python -m module ARGS`` with ``env`` in ``cwd``: forked from this process's zygote (ready in milliseconds)
+    where one serves, else (or with ``fresh``: a measurement that needs a fresh interpreter) a fresh interpreter.
+    ``stdin``/``stdout``/``stderr``: open files, ``subprocess.DEVNULL`` or None (this process's own fds 0-2); not
+    ``subprocess.PIPE``. Returns a handle with ``pid``, ``returncode``, ``poll``, ``wait(timeout)``
+    and ``kill``."""
+    preloaded = None if fresh else current(package_root)
+    if preloaded is not None:
+        try:
+            with open(os.devnull, "rb") as devnull:
+                fds = tuple(target if stream is None else devnull.fileno() if stream == subprocess.DEVNULL
+                            else stream.fileno() if hasattr(stream, "fileno") else int(stream)
+                            for target, stream in enumerate((stdin, stdout, stderr)))
+                return preloaded.fork(list(args), dict(env), module=module, cwd=cwd, fds=fds)
+        except (RuntimeError, OSError, ValueError) as err:
+            _log.debug("%s starts as a fresh interpreter: %s", module, err)
+            discard()
+    return subprocess.Popen([sys.executable, "-m", module, *args], env=env, cwd=cwd, stdin=stdin, stdout=stdout,
+                            stderr=stderr)
 
 
 atexit.register(discard)
@@ -284,28 +340,57 @@ def _become_worker(request: dict, fds: list[int]) -> None:
         os.environ.update(request["env"])
         if sys.path and sys.path[0] == _START_CWD[0]:  # ``-m``'s first entry: the working directory, as a fresh
             sys.path[0] = request["cwd"]                # worker started there has (the rest is PYTHONPATH's)
-        sys.argv = ["-m sarlab.real.launch.worker_entry", *request["argv"]]  # what a fresh worker's argv says
-        rank = request["argv"][1]
-        set_process_name(f"sarlab-rank{rank}")
-        launcher = int(request["env"]["SARLAB_LAUNCHER_PID"])
+        module = request.get("module")
+        if module:
+            sys.argv = ["-m", *request["argv"]]  # runpy puts the module's file first, as ``python -m`` does
+            set_process_name(f"sarlab-{module.rsplit('.', 1)[-1]}")
+        else:
+            sys.argv = ["-m sarlab.real.launch.worker_entry", *request["argv"]]  # what a fresh worker's argv says
+            set_process_name(f"sarlab-rank{request['argv'][1]}")
+        owner = int(request.get("owner") or request["env"]["SARLAB_LAUNCHER_PID"])
         deadline = time.monotonic() + ADOPT_TIMEOUT_S
-        while os.getppid() != launcher:  # until the middle process has exited and the launcher adopted us
+        while os.getppid() != owner:  # until the middle process has exited and the launcher adopted us
             if time.monotonic() > deadline:
                 return
             time.sleep(0.001)
-        from sarlab.common.log import configure_from_env
-        from sarlab.real.launch.worker import main
-
-        configure_from_env(int(rank) if rank.isdigit() else 0)
-        main(request["argv"])  # exits the process itself
-    except SystemExit as done:
-        code = done.code if isinstance(done.code, int) else 1
+        code = _run_module(module, owner) if module else _run_worker(request["argv"])
+    except SystemExit as done:  # as the interpreter ends: an int is the status, anything else is printed, status 1
+        code = done.code if isinstance(done.code, int) else 0 if done.code is None else 1
+        if code == 1 and not isinstance(done.code, int):
+            with contextlib.suppress(Exception):
+                print(done.code, file=sys.stderr)
     except BaseException:  # noqa: BLE001 - the worker's own failures are written by main(); this is set-up
         import traceback
 
         traceback.print_exc()
     finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
         os._exit(code)
+
+
+def _run_worker(argv: list[str]) -> int:
+    from sarlab.common.log import configure_from_env
+    from sarlab.real.launch.worker import main
+
+    rank = argv[1]
+    configure_from_env(int(rank) if rank.isdigit() else 0)
+    main(argv)  # exits the process itself
+    return 0
+
+
+def _run_module(module: str, owner: int) -> int:
+    """``python -m module`` in this forked child: the collector on (as in a fresh interpreter), the parent-death
+    signal asked for (the child dies with its caller, as a worker does)."""
+    import gc
+
+    from sarlab.real.launch.lifecycle import die_with_parent
+
+    die_with_parent(owner)
+    gc.enable()
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    return 0
 
 
 def _preload() -> None:
