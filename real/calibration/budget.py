@@ -17,13 +17,15 @@ from sarlab.simulator.calibration.calibration import Calibration
 #: seconds of the steps whose length does not depend on the cores (quick, full), on a quiet 2-core EPYC VM. Every
 #: process these steps start but the first-use probe's is forked from the zygote (``zygote``: its one import of the
 #: engine), so the steps cost their own work: ``memory`` the allocator and, in a full calibration, the first-use
-#: probe (7 fresh interpreters at once under rss, one forked under live); ``network`` netbench, commbench (quick:
-#: 2 and 3 ranks once; full: 2, 4 and 8 ranks, 3 rounds) and progressbench (``C``, ``2C`` and ``4C`` ranks, each
-#: rank's rounds the same work, so their length grows with ``P / C``, not with the cores); ``engine`` one pass of
-#: single-worker epochs (quick: 4 tiny runs; full: 2 rss runs at 35,000 nodes and 6 live runs up to 100,000)
-FIXED_S = {"zygote": (4.0, 4.0), "memory": (0.5, 20.0), "network": (15.0, 80.0), "engine": (5.0, 45.0)}
-#: timed calls of one op family's shapes (quick, full) and of one thread count of its slowest shape
-OP_BASE_S, OP_PER_COUNT_S = (1.0, 4.0), (0.3, 0.6)
+#: probe (7 fresh interpreters at once under rss, one under live); ``network`` netbench, commbench (quick: 2 and
+#: 3 ranks once; full: 2, 4 and 8 ranks, 3 rounds, about two thirds of it) and progressbench (``C``, ``2C`` and
+#: ``4C`` ranks, each rank's rounds the same work, so their length grows with ``P / C``, not with the cores);
+#: ``engine`` one pass of single-worker epochs (quick: 4 tiny runs; full: 2 rss runs at 35,000 nodes and 6 live
+#: runs up to 100,000)
+FIXED_S = {"zygote": (4.0, 4.0), "memory": (0.5, 28.0), "network": (15.0, 80.0), "engine": (6.0, 50.0)}
+#: one op family's shapes on one thread (quick, full), and one thread count of its slowest shape per round (none
+#: on one core); the GAT families take the most (the autograd form ~20 s of a full calibration's one-thread part)
+OP_BASE_S, OP_PER_COUNT_S = (0.3, 8.0), (0.05, 1.3)
 #: a load average above this share of the cores means other processes compete for them
 BUSY_SHARE = 0.5
 #: op families and the other timed steps (memory, network, engine, one share group per thread count)
@@ -39,8 +41,9 @@ def _pick(cal: Calibration, pair: tuple[float, float]) -> float:
 
 
 def op_seconds(cal: Calibration, cores: int) -> float:
-    """Expected seconds of one op family: its shapes on one thread, then ``log2 C + 1`` thread counts per round."""
-    counts = 1 + (math.ceil(math.log2(cores)) if cores > 1 else 0)
+    """Expected seconds of one op family: its shapes on one thread, then ``log2 C + 1`` thread counts per round
+    (none on one core)."""
+    counts = 1 + math.ceil(math.log2(cores)) if cores > 1 else 0
     rounds = 1 if cal.quick else cal.thread_rounds
     return _pick(cal, OP_BASE_S) + rounds * counts * _pick(cal, OP_PER_COUNT_S)
 
