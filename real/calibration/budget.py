@@ -17,12 +17,12 @@ from sarlab.simulator.calibration.calibration import Calibration
 #: seconds of the steps whose length does not depend on the cores (quick, full), on a quiet 2-core EPYC VM. Every
 #: process these steps start but the first-use probe's is forked from the zygote (``zygote``: its one import of the
 #: engine), so the steps cost their own work: ``memory`` the allocator and, in a full calibration, the first-use
-#: probe (7 fresh interpreters at once under rss, one under live); ``network`` netbench, commbench (quick: 2 and
-#: 3 ranks once; full: 2, 4 and 8 ranks, 3 rounds, about two thirds of it) and progressbench (``C``, ``2C`` and
+#: probe (7 fresh interpreters at once under rss, one forked under live); ``network`` netbench, commbench (quick: 2 and
+#: 3 ranks once; full: 2, 4 and 8 ranks, 2 rounds) and progressbench (``C``, ``2C`` and
 #: ``4C`` ranks, each rank's rounds the same work, so their length grows with ``P / C``, not with the cores);
 #: ``engine`` one pass of single-worker epochs (quick: 4 tiny runs; full: 2 rss runs at 35,000 nodes and 6 live
 #: runs up to 100,000)
-FIXED_S = {"zygote": (4.0, 4.0), "memory": (0.5, 28.0), "network": (15.0, 80.0), "engine": (6.0, 50.0)}
+FIXED_S = {"zygote": (4.0, 4.0), "memory": (0.5, 25.0), "network": (15.0, 65.0), "engine": (6.0, 50.0)}
 #: one op family's shapes on one thread (quick, full), and one thread count of its slowest shape per round (none
 #: on one core); the GAT families take the most (the autograd form ~20 s of a full calibration's one-thread part)
 OP_BASE_S, OP_PER_COUNT_S = (0.3, 8.0), (0.05, 1.3)

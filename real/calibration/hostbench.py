@@ -61,9 +61,10 @@ def bench_first_use(found: Findings, memory: str = "rss",
                     fresh: bool = FIRST_USE_FRESH) -> tuple[dict[str, float], dict[str, float]]:
     """Bytes per op family on first use as ``memory`` counts them (``rss``: resident bytes; ``live``: tensor bytes
     left live), and under ``rss`` the sparse products' temporaries, from the probe's processes, all at once
-    (:func:`sarlab.real.calibration.memprobe.run_probe`; fresh interpreters unless ``fresh`` is off: forked from the
-    zygote); ``found.raw["first_use"]`` holds ``rss``'s, ``found.raw["first_use_live"]`` ``live``'s."""
-    result = run_probe(memory, fresh=fresh)
+    (:func:`sarlab.real.calibration.memprobe.run_probe`; under ``rss`` fresh interpreters unless ``fresh`` is off,
+    under ``live``, whose tensor bytes do not depend on how the process started, forked from the zygote);
+    ``found.raw["first_use"]`` holds ``rss``'s, ``found.raw["first_use_live"]`` ``live``'s."""
+    result = run_probe(memory, fresh=fresh and memory == "rss")  # live counts tensor bytes: forked is the same
     found.raw["first_use" if memory == "rss" else f"first_use_{memory}"] = result["first_use"]
     if memory == "rss":
         found.raw["transients"] = result["transients"]
@@ -189,8 +190,14 @@ def message_worlds(cal: Calibration) -> tuple[int, ...]:
     return (2, 3) if cal.quick else (2, 4, 8)
 
 
+#: commbench rounds over the world sizes in a full calibration (forward, then backward): a third round moved the fitted
+#: message costs by less than single rounds differ from each other and the validations by 0.1 points
+#: (results/host_model/budget/README.md), and cost 18 s of a one-core calibration
+MESSAGE_ROUNDS = 2
+
+
 def bench_messages(cal: Calibration, found: Findings, worlds: tuple[int, ...] | None = None,
-                   rounds: int = 3, backend: str = "gloo") -> dict[str, float]:
+                   rounds: int = MESSAGE_ROUNDS, backend: str = "gloo") -> dict[str, float]:
     """Software costs of posting and waiting for ``backend`` messages, and of its all-reduces
     (:func:`sarlab.simulator.calibration.fitting.fit_message_costs`) from :mod:`sarlab.real.calibration.commbench`
     groups of every size in ``worlds``, the sizes alternating over ``rounds`` rounds (forward, then backward) so that
