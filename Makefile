@@ -52,10 +52,11 @@ lint: $(STAMP)
 docs: $(STAMP)
 	$(PY) docs/build.py $(DOCS_OUT)
 
-# one test at a time by default (CI): timing-bound tests such as the shaped link's bandwidth fail when three
-# pytest workers share the two cores; TEST_WORKERS=3 runs a file per worker (a fresh clone's tests took 29 min
-# that way on 2026-11-27, with that one failure)
-TEST_WORKERS ?= 0
+# two pytest workers: one at a time keeps the 2 cores only ~60 % busy (tests wait on timeouts, shaped links,
+# rendezvous). A file's tests stay on one worker, in order; the files that touch machine-wide state (network
+# namespaces, signals to launchers, killed launchers' leftovers) share one worker (tests/conftest.py).
+# TEST_WORKERS=0 runs one test at a time.
+TEST_WORKERS ?= 2
 test: kernels lint
 	$(PY) -m pytest -q -ra --durations=25 -n $(TEST_WORKERS) --dist loadfile
 

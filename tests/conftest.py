@@ -8,10 +8,52 @@ import subprocess
 import sys
 
 import pytest
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+#: files whose tests touch machine-wide state: network namespaces, signals to whole launchers, the leftovers of a
+#: killed launcher that the next run must be the one to sweep. Under pytest-xdist they all run on one worker.
+SHARED_STATE_FILES = frozenset({"test_network.py", "test_launcher_signals.py", "test_safety_faults.py",
+                                "test_faults_cli.py", "test_bad_input_table.py"})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``pytest -n N`` (pytest-xdist): a file's tests go to one worker and run there in their order (README's
+    blocks use what earlier blocks wrote; module fixtures are built once), and the files of
+    :data:`SHARED_STATE_FILES` all go to one worker, one test at a time. (xdist's own ``loadgroup`` renames the
+    test ids to group them, which pytest 9 no longer reads; a scheduler that splits the ids by file does not.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "shared-state" if os.path.basename(path) in SHARED_STATE_FILES else path
+
+    return ByFile(config, log)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's tmp_path plugin has set up the base folder
+def pytest_configure(config):
+    """A pytest-xdist worker gets a ``$TMPDIR`` of its own (its runs' subprocesses too): a run sweeps the run
+    directories of dead launchers from ``$TMPDIR`` and must not sweep those another worker's test is about to
+    check. The folder is inside the worker's pytest base folder, which pytest itself rotates (it keeps the last
+    three sessions'), so nothing removes it while multiprocessing's exit handlers may still use it."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        import tempfile
+
+        path = config._tmp_path_factory.getbasetemp() / "t"  # short: unix socket paths live in it
+        path.mkdir(exist_ok=True)
+        os.environ["TMPDIR"] = str(path)
+        tempfile.tempdir = None
+        # two pytest workers on two cores: the tests' own tensor work on one thread each (torch would start a
+        # thread per core in each, and spinning OpenMP threads then take turns with the other worker's runs)
+        torch.set_num_threads(1)
+
 
 
 @pytest.fixture(scope="session")
@@ -40,10 +82,11 @@ def run_cli(args: list[str], timeout: float = 240, env: dict | None = None) -> s
                     f"stderr:\n{err.stderr}")
 
 
-def cli_here(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run ``sarlab ARGS`` in this process (``cli.main``, what the ``sarlab`` script calls) in the repository root,
-    with ``env`` set for the call; returns what :func:`run_cli` returns. Without the ~3.5 s of CPU a fresh
-    interpreter spends importing torch, and its workers come from this process's zygote (one for the whole session).
+def cli_here(args: list[str], env: dict | None = None, cwd: str = ROOT) -> subprocess.CompletedProcess:
+    """Run ``sarlab ARGS`` in this process (``cli.main``, what the ``sarlab`` script calls) in ``cwd`` (the
+    repository root unless given), with ``env`` set for the call; returns what :func:`run_cli` returns. Without the
+    ~3.5 s of CPU a fresh interpreter spends importing torch, and its workers come from this process's zygote (one
+    for the whole session; a changed environment starts another).
     The output is captured at the file descriptors, so the workers' lines (rank 0's epochs) are in it as in a
     subprocess's. For what needs no process of its own: a test of signals, exit by a signal, a killed launcher or
     an environment read at import uses :func:`run_cli`. The ``sarlab`` logger (which the command line configures),
@@ -67,7 +110,7 @@ def cli_here(args: list[str], env: dict | None = None) -> subprocess.CompletedPr
         os.dup2(err.fileno(), 2)
         stdout, stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)  # noqa: SIM115
         try:
-            os.chdir(ROOT)
+            os.chdir(cwd)
             with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
                 try:
                     code = main(list(args))

@@ -1,13 +1,15 @@
 """Every command and snippet in README.md runs.
 
 README's fenced blocks are read in order: ``bash``/``console`` blocks run line by line (backslash continuations
-joined, comments dropped) with the venv's ``bin`` first on PATH, in a temporary working directory; ``python``
-blocks run with the venv's python. Paths under ``/tmp/sarlab-example`` are mapped into the test's temporary
-directory and ``SARLAB_CACHE_DIR`` points there too (the C++ kernels stay where this checkout built them).
+joined, comments dropped) in a temporary working directory: a plain ``sarlab ...`` line in this process
+(``cli.main``, what the ``sarlab`` script calls; the installed script is test_packaging.py's), anything else in
+bash with the venv's ``bin`` first on PATH; ``python`` blocks run with the venv's python. Paths under
+``/tmp/sarlab-example`` are mapped into the test's temporary directory and ``SARLAB_CACHE_DIR`` points there too
+(the C++ kernels stay where this checkout built them).
 
 Not run: the first block (``make run`` / ``make test``: the suite would run itself) and blocks that README marks
 visibly with ``<!-- not run: REASON -->`` on the line before the fence; of those, every ``sarlab`` command must
-answer ``--help`` (asked in this process: the runnable blocks start the ``sarlab`` script itself), every ``make``
+answer ``--help`` (asked in this process), every ``make``
 target must exist (``make -n``) and every ``pip install`` extra must be declared by the installed package
 (pyproject.toml). Blocks in other languages (``text``) are not code.
 """
@@ -98,7 +100,27 @@ def _local(text: str, tmp) -> str:
     return text.replace(EXAMPLE_DIR, str(tmp / "example"))
 
 
+def _sarlab_words(command: str) -> list[str] | None:
+    """The arguments of a plain ``sarlab ...`` command line (no pipes, redirections, variables or globs), else None."""
+    if re.search(r"[|&;<>$`*?(){}]", command):
+        return None
+    words = shlex.split(command)
+    return words[1:] if words and words[0] == "sarlab" else None
+
+
 def _run(argv: list[str] | str, where: str, tmp, timeout: float, shell: bool = False, cwd: str | None = None):
+    """Run a README line. A plain ``sarlab ...`` line runs in this process (``cli.main``, what the ``sarlab`` script
+    calls: the script itself is tested installed, by test_packaging.py) with the block's environment and working
+    directory; anything else in a shell or an interpreter of its own."""
+    words = _sarlab_words(argv) if shell else None
+    if words is not None:
+        keep = ("SARLAB_CACHE_DIR", "SARLAB_KERNEL_BUILD_DIR")
+        env = _env(tmp)
+        proc = cli_here(words, env={k: env[k] for k in keep}, cwd=cwd or str(tmp / "work"))
+        if proc.returncode != 0:
+            pytest.fail(f"{where} failed (exit {proc.returncode})\nstdout:\n{proc.stdout[-4000:]}\n"
+                        f"stderr:\n{proc.stderr[-4000:]}")
+        return proc
     try:
         proc = subprocess.run(argv, shell=shell, capture_output=True, text=True, timeout=timeout,
                               cwd=cwd or str(tmp / "work"), env=_env(tmp), executable="/bin/bash" if shell else None)

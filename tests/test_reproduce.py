@@ -1,8 +1,8 @@
 """`sarlab reproduce --quick`: every figure with its CSV, manifests that say measured or simulated, a second
 run that does nothing, --force and changed parameters that re-run a step.
 
-The runs are subprocesses with a timeout (their output is shown when they fail or hang); the refusal and the dry run
-of every step, which start nothing, run in this process.
+The first run is a subprocess with a timeout (its output is shown when it fails or hangs), as a user runs it; the
+later runs (up to date, dry runs, a simulated step re-run) and the refusal run in this process.
 """
 from __future__ import annotations
 
@@ -33,6 +33,16 @@ def reproduce(args: list[str], timeout: float) -> subprocess.CompletedProcess:
     except subprocess.TimeoutExpired as err:
         pytest.fail(f"`sarlab reproduce {' '.join(args)}` did not finish in {timeout}s\n"
                     f"stdout:\n{err.stdout}\nstderr:\n{err.stderr}")
+    if res.returncode != 0:
+        pytest.fail(f"`sarlab reproduce {' '.join(args)}` exited {res.returncode}\n"
+                    f"stdout:\n{res.stdout[-20000:]}\nstderr:\n{res.stderr[-20000:]}")
+    return res
+
+
+def reproduce_here(args: list[str]) -> subprocess.CompletedProcess:
+    """``sarlab reproduce ARGS`` in this process (``cli.main``): for runs that start no worker (up-to-date checks,
+    dry runs, simulated steps); fail with its output on a non-zero exit."""
+    res = cli_here(["reproduce", *args])
     if res.returncode != 0:
         pytest.fail(f"`sarlab reproduce {' '.join(args)}` exited {res.returncode}\n"
                     f"stdout:\n{res.stdout[-20000:]}\nstderr:\n{res.stderr[-20000:]}")
@@ -98,7 +108,7 @@ def test_manifests_record_measured_or_simulated(quick):
 def test_second_run_is_a_no_op(quick):
     out, _, _ = quick
     before = {p.name: p.stat().st_mtime_ns for p in out.glob("*.png")}
-    res = reproduce(["--quick", *ONLY, "--out", str(out), "--json", str(out / "second.json")], timeout=120)
+    res = reproduce_here(["--quick", *ONLY, "--out", str(out), "--json", str(out / "second.json")])
     # nothing ran (every step up to date) and nothing was rewritten; no wall-time bound, which a loaded machine breaks
     assert all(s["status"] == "up-to-date" for s in summary(out / "second.json").values()), res.stdout
     assert {p.name: p.stat().st_mtime_ns for p in out.glob("*.png")} == before
@@ -115,13 +125,13 @@ def test_force_and_changed_parameters_rerun_a_step(quick):
     fig5_png = next(out.glob("fig5_*.png"))
     before = fig5_png.stat().st_mtime_ns
 
-    reproduce(["--quick", "--out", str(out), "--dry-run", "--force", "--only", "fig5", "--json",
-               str(out / "force.json")], timeout=120)
+    reproduce_here(["--quick", "--out", str(out), "--dry-run", "--force", "--only", "fig5", "--json",
+                    str(out / "force.json")])
     assert {k: v["status"] for k, v in summary(out / "force.json").items()} == {"fig5_fig6": "would-run"}
     assert fig5_png.stat().st_mtime_ns == before  # a dry run runs nothing
     # a changed parameter (another machine profile) re-runs the step without --force
-    reproduce(["--quick", "--out", str(out), "--only", "fig6", "--profile", "reference-laptop",
-               "--json", str(out / "profile.json")], timeout=180)
+    reproduce_here(["--quick", "--out", str(out), "--only", "fig6", "--profile", "reference-laptop",
+                    "--json", str(out / "profile.json")])
     steps = summary(out / "profile.json")
     assert list(steps) == ["fig5_fig6"] and steps["fig5_fig6"]["status"] == "ran"
     assert fig5_png.stat().st_mtime_ns != before
