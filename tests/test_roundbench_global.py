@@ -40,7 +40,7 @@ def test_global_rounds_on_loopback_move_the_bytes_by_hand(world):
 
 def test_a_failing_rank_fails_with_its_traceback():
     """A pattern the ranks refuse (the parent's check bypassed): the run fails at once with the rank's stderr."""
-    with pytest.raises(RuntimeError, match=r"rank \d exited with 2") as err:
+    with pytest.raises(RuntimeError, match=r"roundbench process \d exited with 2") as err:
         measure("loopback", 2, ["bogus"], NBYTES, repeats=1, spin_s=0.0, timeout_s=60.0)
     assert "write ring:D, oneshot, global or global-a2a" in str(err.value)
 

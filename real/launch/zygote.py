@@ -357,8 +357,9 @@ def _become_worker(request: dict, fds: list[int]) -> None:
     except SystemExit as done:  # as the interpreter ends: an int is the status, anything else is printed, status 1
         code = done.code if isinstance(done.code, int) else 0 if done.code is None else 1
         if code == 1 and not isinstance(done.code, int):
-            with contextlib.suppress(Exception):
-                print(done.code, file=sys.stderr)
+            with contextlib.suppress(Exception):  # the interpreter's own last words, as ``python -m`` ends
+                sys.stderr.flush()
+                os.write(2, f"{done.code}\n".encode())
     except BaseException:  # noqa: BLE001 - the worker's own failures are written by main(); this is set-up
         import traceback
 
