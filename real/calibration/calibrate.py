@@ -365,6 +365,24 @@ def calibrate_backend(cal: Calibration, backend: str, command: str = "") -> dict
     return overlay
 
 
+def _measure_compute(cal: Calibration, found: Findings, cores: int, steps_total: int):
+    """Steps 1-3 with the process at one thread (restored after): the op families, co-location, memory. Returns
+    ``(ops, implausible thread efficiencies, (resident factor, first-use bytes, transients))``."""
+    old_threads = torch.get_num_threads()
+    set_threads(1)
+    try:
+        ops = _measure_ops(cal, found, cores, steps_total)
+        implausible = implausible_thread_effs(ops, cores)
+        for line in implausible:
+            cal.log(f"    WARNING: implausible {line}")
+        cal.log(f"[calibrate {steps_total - 1}/{steps_total}] allocator and first-use memory "
+                f"(expected ~{step_seconds(cal, 'memory'):.0f} s) ...")
+        with _took(cal, "allocator and first-use memory"):
+            return ops, implausible, _measure_memory(cal, found)
+    finally:
+        set_threads(old_threads)
+
+
 def calibrate(cal: Calibration | None = None, name: str = "local") -> Profile:
     """Measure this machine and return its :class:`Profile` (see the module docstring)."""
     cal = cal or Calibration()
@@ -372,26 +390,14 @@ def calibrate(cal: Calibration | None = None, name: str = "local") -> Profile:
     log = cal.log
     cores = cal.threads or usable_cores()
     start = time.perf_counter()
-    old_threads = torch.get_num_threads()
     # the engine's malloc settings: large tensors are fresh pages, whose first-touch faults belong to the op
     if not tune_malloc(threshold=1 << 17):
         found.notes.append("allocator: glibc mallopt unavailable; measured with default malloc settings")
     found.raw["loadavg_start"] = load_averages()
     for line in busy_warning(cal, cores):
         log(line)
-    set_threads(1)
     steps_total = 9 if cal.fused else 8
-    try:
-        ops = _measure_ops(cal, found, cores, steps_total)
-        implausible = implausible_thread_effs(ops, cores)
-        for line in implausible:
-            log(f"    WARNING: implausible {line}")
-        log(f"[calibrate {steps_total - 1}/{steps_total}] allocator and first-use memory "
-            f"(expected ~{step_seconds(cal, 'memory'):.0f} s) ...")
-        with _took(cal, "allocator and first-use memory"):
-            factor, first_use, transients = _measure_memory(cal, found)
-    finally:
-        set_threads(old_threads)
+    ops, implausible, (factor, first_use, transients) = _measure_compute(cal, found, cores, steps_total)
     if cal.network or cal.engine:
         _preload(cal)
     log(f"[calibrate {steps_total}/{steps_total}] gloo point-to-point, message costs and progress spread "
