@@ -117,15 +117,13 @@ def _run(argv: list[str] | str, where: str, tmp, timeout: float, shell: bool = F
         keep = ("SARLAB_CACHE_DIR", "SARLAB_KERNEL_BUILD_DIR")
         env = _env(tmp)
         proc = cli_here(words, env={k: env[k] for k in keep}, cwd=cwd or str(tmp / "work"))
-        if proc.returncode != 0:
-            pytest.fail(f"{where} failed (exit {proc.returncode})\nstdout:\n{proc.stdout[-4000:]}\n"
-                        f"stderr:\n{proc.stderr[-4000:]}")
-        return proc
-    try:
-        proc = subprocess.run(argv, shell=shell, capture_output=True, text=True, timeout=timeout,
-                              cwd=cwd or str(tmp / "work"), env=_env(tmp), executable="/bin/bash" if shell else None)
-    except subprocess.TimeoutExpired as err:
-        pytest.fail(f"{where} did not finish in {timeout:.0f} s\nstdout:\n{err.stdout}\nstderr:\n{err.stderr}")
+    else:
+        try:
+            proc = subprocess.run(argv, shell=shell, capture_output=True, text=True, timeout=timeout,
+                                  cwd=cwd or str(tmp / "work"), env=_env(tmp),
+                                  executable="/bin/bash" if shell else None)
+        except subprocess.TimeoutExpired as err:
+            pytest.fail(f"{where} did not finish in {timeout:.0f} s\nstdout:\n{err.stdout}\nstderr:\n{err.stderr}")
     if proc.returncode != 0:
         pytest.fail(f"{where} failed (exit {proc.returncode})\nstdout:\n{proc.stdout[-4000:]}\n"
                     f"stderr:\n{proc.stderr[-4000:]}")

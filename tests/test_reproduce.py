@@ -33,16 +33,16 @@ def reproduce(args: list[str], timeout: float) -> subprocess.CompletedProcess:
     except subprocess.TimeoutExpired as err:
         pytest.fail(f"`sarlab reproduce {' '.join(args)}` did not finish in {timeout}s\n"
                     f"stdout:\n{err.stdout}\nstderr:\n{err.stderr}")
-    if res.returncode != 0:
-        pytest.fail(f"`sarlab reproduce {' '.join(args)}` exited {res.returncode}\n"
-                    f"stdout:\n{res.stdout[-20000:]}\nstderr:\n{res.stderr[-20000:]}")
-    return res
+    return _succeeded(args, res)
 
 
 def reproduce_here(args: list[str]) -> subprocess.CompletedProcess:
     """``sarlab reproduce ARGS`` in this process (``cli.main``): for runs that start no worker (up-to-date checks,
     dry runs, simulated steps); fail with its output on a non-zero exit."""
-    res = cli_here(["reproduce", *args])
+    return _succeeded(args, cli_here(["reproduce", *args]))
+
+
+def _succeeded(args: list[str], res: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     if res.returncode != 0:
         pytest.fail(f"`sarlab reproduce {' '.join(args)}` exited {res.returncode}\n"
                     f"stdout:\n{res.stdout[-20000:]}\nstderr:\n{res.stderr[-20000:]}")

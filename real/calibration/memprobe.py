@@ -30,19 +30,15 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import socket
-import sys
 from functools import partial
 
 import torch
 import torch.distributed as dist
 
 from sarlab import kernels
-from sarlab.common.paths import package_parent
 from sarlab.core.memory import METHODS, method, peak_bytes, reset_peak, rss_bytes, tune_malloc, use_method
-
-ROOT = package_parent()  # the directory holding the sarlab package
+from sarlab.real.calibration.harness import module_command, module_env
 
 
 def _setup() -> None:
@@ -234,7 +230,7 @@ def probe_commands(memory: str = "rss") -> list[list[str]]:
     them) and one for the sparse kernels' temporaries (``--transients``); under ``live`` one for every family
     (tensor bytes: no pages to share)."""
     def command(*args: str) -> list[str]:
-        return [sys.executable, "-m", "sarlab.real.calibration.memprobe", *args]
+        return module_command("memprobe", *args)
 
     if memory == "live":
         return [command("--memory", "live")]
@@ -259,7 +255,7 @@ def run_probe(memory: str = "rss", fresh: bool = True, timeout_s: float = 600.0)
     from sarlab.real.calibration.ranks import run_group
 
     commands = probe_commands(memory)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = module_env()
     return merge(run_group(commands, [env] * len(commands), f"memprobe ({memory})", timeout_s, fork=not fresh))
 
 

@@ -192,12 +192,9 @@ def _start(rank: int, world: int, rundir: str, network: netns.EmulatedNetwork | 
     """Rank ``rank``'s worker: forked from ``preloaded`` when given and it serves, else a fresh interpreter (inside
     its host's namespace on an emulated network)."""
     env = worker_env(rank, world, host, port)
-    if preloaded is not None:
-        try:
-            return preloaded.fork([rundir, str(rank)], env)
-        except RuntimeError as err:
-            _log.debug("rank %d starts as a fresh interpreter: %s", rank, err)
-            zygote.discard()  # the next run starts another
+    forked = preloaded.fork_or_stop(f"rank {rank}", [rundir, str(rank)], env) if preloaded is not None else None
+    if forked is not None:
+        return forked
     prefix: list[str] = []
     if network is not None:
         env.update(network.env(rank), LOCAL_WORLD_SIZE=str(network.per_host), SARLAB_STORE_HOST_RANK0="1")

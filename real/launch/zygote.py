@@ -200,6 +200,16 @@ class Zygote:
                 raise RuntimeError(f"worker {pid} was not adopted by the launcher")
             return ForkedWorker(pid)
 
+    def fork_or_stop(self, what: str, argv: list[str], env: dict, **kw) -> ForkedWorker | None:
+        """:meth:`fork`, or None where this zygote cannot give one: it is then stopped (the caller starts ``what`` as
+        a fresh interpreter; the next caller gets a new zygote)."""
+        try:
+            return self.fork(argv, env, **kw)
+        except RuntimeError as err:
+            _log.debug("%s starts as a fresh interpreter: %s", what, err)
+            discard()
+            return None
+
     def close(self) -> None:
         if self.owner != os.getpid():  # a fork of the owner: the zygote is not ours to stop
             return
@@ -255,15 +265,13 @@ def start_module(module: str, args: list[str], env: dict, cwd: str, package_root
     and ``kill``."""
     preloaded = None if fresh else current(package_root)
     if preloaded is not None:
-        try:
-            with open(os.devnull, "rb") as devnull:
-                fds = tuple(target if stream is None else devnull.fileno() if stream == subprocess.DEVNULL
-                            else stream.fileno() if hasattr(stream, "fileno") else int(stream)
-                            for target, stream in enumerate((stdin, stdout, stderr)))
-                return preloaded.fork(list(args), dict(env), module=module, cwd=cwd, fds=fds)
-        except (RuntimeError, OSError, ValueError) as err:
-            _log.debug("%s starts as a fresh interpreter: %s", module, err)
-            discard()
+        with open(os.devnull, "rb") as devnull:
+            fds = tuple(target if stream is None else devnull.fileno() if stream == subprocess.DEVNULL
+                        else stream.fileno() if hasattr(stream, "fileno") else int(stream)
+                        for target, stream in enumerate((stdin, stdout, stderr)))
+            forked = preloaded.fork_or_stop(module, list(args), dict(env), module=module, cwd=cwd, fds=fds)
+        if forked is not None:
+            return forked
     return subprocess.Popen([sys.executable, "-m", module, *args], env=env, cwd=cwd, stdin=stdin, stdout=stdout,
                             stderr=stderr)
 
