@@ -282,10 +282,16 @@ def _fit_engine(cal: Calibration, found: Findings, profile: Profile) -> Profile:
         + "".join(f"; memory_scale {m}: {r:.2f} ({m} / {memory} epochs of the same graphs, "
                   f"{raw.get('ratio_nodes', 0):,d} nodes)" for m, r in ratios.items())
     )
+    families = dict(raw.get("family_scale", {}))
+    if families:
+        note += ("; family_scale (each op family over the curve, fitted on "
+                 f"{len(raw.get('family_split', []))} GCN, SAGE and GAT runs): "
+                 + ", ".join(f"{f} {k:.2f}" for f, k in sorted(families.items())))
     cal.log(f"    compute_scale {scale:.3f} ({memory})"
             + "".join(f", {m} {r:.2f} x that" for m, r in ratios.items()))
     return replace(profile, compute_scale=scale, compute_scale_curve=curve, compute_scale_key=cal.scale_key,
-                   compute_scale_memory=memory, memory_scale=ratios, notes=(*profile.notes, note))  # fmt: skip
+                   compute_scale_memory=memory, memory_scale=ratios, family_scale=families,
+                   notes=(*profile.notes, note))  # fmt: skip
 
 
 def _crowded_costs(cal: Calibration, found: Findings, backend: str, cores: int) -> tuple[dict[str, float],

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +46,18 @@ from sarlab.real.calibration.harness import ROOT
 from sarlab.real.calibration.ranks import run_group
 from sarlab.real.launch.prepare import prepare_partition
 from sarlab.simulator.calibration.calibration import Calibration
-from sarlab.simulator.calibration.fitting import fit_memory_ratio, fit_scale_curve, median_scale_points
+from sarlab.simulator.calibration.fitting import (
+    FAMILY_BOUNDS,
+    fit_family_scale,
+    fit_memory_ratio,
+    fit_scale_curve,
+    median_scale_points,
+)
 from sarlab.simulator.calibration.measured import read_records, summarize_measured, with_defaults
 from sarlab.simulator.calibration.probe import PROBE_GRAPH, PROBE_MEMORY, PROBE_MODEL
 from sarlab.simulator.hardware.profile import Profile
-from sarlab.simulator.system.replay import simulate_row
+from sarlab.simulator.system.replay import family_seconds, simulate_row, stats_for
+from sarlab.simulator.workload.workload import PartitionStats
 from sarlab.training.trainer import TrainConfig, Trainer
 
 #: graphs of :func:`bench_engine`, ``nodes`` from :data:`ENGINE_SIZES` or the quick sizes (not graphs any
@@ -65,8 +73,14 @@ ENGINE_SIZES_QUICK = (1_500, 3_000)
 ENGINE_PASSES = 1
 #: a size whose runs' ratios differ by more than this factor is logged as a warning
 SPREAD_WARNING = 1.3
-#: the models of every size
+#: the models of every size (the curve's runs)
 ENGINE_MODELS = ("gcn", "sage")
+#: the models run besides them at the smaller sizes (all of them in ``--quick``) for the op families' factors
+#: (:attr:`sarlab.simulator.hardware.profile.Profile.family_scale`): GAT's epoch is mostly its fused attention, which
+#: GCN and SAGE never run; GCN and SAGE weigh GEMM and aggregation differently (SAGE has two products a layer)
+FAMILY_MODELS = ("gat",)
+#: hidden width of :data:`FAMILY_MODELS`' runs (GAT: 4 heads of 32; an epoch at 35,000 nodes ~0.8 s on the 2-core VM)
+FAMILY_HIDDEN = 128
 #: the memory method the curve is fitted under (``sarlab train``'s default), and the other one, whose ratio to it is
 #: measured at the middle size (:attr:`sarlab.simulator.hardware.profile.Profile.memory_scale`)
 CURVE_MEMORY, OTHER_MEMORY = "live", "rss"
@@ -107,18 +121,21 @@ def engine_epoch(
 
 
 def child_plan(sizes: tuple[int, ...], turn: int, ratio_size: int, layers: int, hidden: int, epochs: int,
-               parts: Path) -> list[dict[str, Any]]:
+               parts: Path, family_sizes: tuple[int, ...] = ()) -> list[dict[str, Any]]:
     """The runs of pass ``turn`` (0-based) in one child process (:func:`run_child`): GCN and SAGE under
     ``rss`` at ``ratio_size`` first (the counting allocator, once installed, stays), then under ``live`` at every
-    size, ascending in even passes and descending in odd ones."""
+    size, ascending in even passes and descending in odd ones, with :data:`FAMILY_MODELS` beside them at
+    ``family_sizes`` (width :data:`FAMILY_HIDDEN`)."""
     def run(nodes: int, model: str, memory: str) -> dict[str, Any]:
+        width = min(hidden, FAMILY_HIDDEN) if model in FAMILY_MODELS else hidden
         return {"spec": ENGINE_GRAPH.format(nodes=nodes), "partition_dir": str(parts / f"parts-{nodes}"),
-                "model": model, "layers": layers, "hidden": hidden, "epochs": epochs, "threads": 1,
+                "model": model, "layers": layers, "hidden": width, "epochs": epochs, "threads": 1,
                 "memory": memory}  # fmt: skip
 
     order = sizes if turn % 2 == 0 else sizes[::-1]
     return [*(run(ratio_size, m, OTHER_MEMORY) for m in ENGINE_MODELS),
-            *(run(n, m, CURVE_MEMORY) for n in order for m in ENGINE_MODELS)]
+            *(run(n, m, CURVE_MEMORY) for n in order
+              for m in ENGINE_MODELS + (FAMILY_MODELS if n in family_sizes else ()))]
 
 
 def run_child(runs: list[dict[str, Any]], tmp: Path) -> list[pd.Series]:
@@ -154,31 +171,42 @@ def bench_engine(cal: Calibration, profile: Profile) -> tuple[float, tuple[tuple
     models' ``rss`` / ``live`` epochs of the middle size
     (:func:`sarlab.simulator.calibration.fitting.fit_memory_ratio`). Where the counting allocator cannot be
     installed (no C++ kernels) the ``live`` runs are ``rss`` runs: the curve is then ``rss``'s, with no ratio.
-    Returns the geometric mean of the curve's ratios (the profile's single ``compute_scale``), the curve and the
-    raw numbers (``compute_scale_memory`` and ``memory_scale`` among them).
+    GAT (:data:`FAMILY_MODELS`, width :data:`FAMILY_HIDDEN`) runs beside them at the sizes but the largest (all in
+    ``--quick``): its runs and GCN's and SAGE's give each op family's factor over the curve
+    (:func:`family_scale_of`; the one scale fitted on GCN and SAGE over-priced GAT's fused attention and under-priced
+    SAGE's GEMMs in every validation of results/host_model/budget). Returns the geometric mean of the curve's ratios
+    (the profile's single ``compute_scale``), the curve and the raw numbers (``compute_scale_memory``,
+    ``memory_scale`` and ``family_scale`` among them).
     """
     one = profile.with_scale(1.0)
     sizes = ENGINE_SIZES_QUICK if cal.quick else ENGINE_SIZES
     layers, hidden, epochs = (2, 32, 2) if cal.quick else (3, 256, 3)
     passes = 1 if cal.quick else ENGINE_PASSES
     ratio_size = sizes[len(sizes) // 2]
+    family_sizes = sizes if cal.quick else sizes[:-1]
     raw: dict[str, Any] = {"graphs": [ENGINE_GRAPH.format(nodes=n) for n in sizes], "layers": layers,
                            "hidden": hidden, "passes": passes, "ratio_nodes": ratio_size, "runs": [],
-                           "memory_runs": []}  # fmt: skip
+                           "memory_runs": [], "family_runs": [], "family_nodes": list(family_sizes),
+                           "family_hidden": FAMILY_HIDDEN}  # fmt: skip
+    rows: list[tuple[pd.Series, PartitionStats]] = []
     with tempfile.TemporaryDirectory(prefix="sarlab-cal-engine-") as tmp:
         for turn in range(passes):
-            runs = child_plan(sizes, turn, ratio_size, layers, hidden, epochs, Path(tmp))
+            runs = child_plan(sizes, turn, ratio_size, layers, hidden, epochs, Path(tmp), family_sizes)
             for run, row in zip(runs, run_child(runs, Path(tmp)), strict=True):
                 result = simulate_row(row, one)
                 peak = float(result.peak_above_baseline_bytes.max())
-                (raw["memory_runs"] if run["memory"] == OTHER_MEMORY else raw["runs"]).append(
+                kind = ("memory_runs" if run["memory"] == OTHER_MEMORY
+                        else "family_runs" if run["model"] in FAMILY_MODELS else "runs")
+                raw[kind].append(
                     {"model": run["model"], "nodes": int(row["num_nodes"]), "pass": turn + 1,
                      "memory": str(row["mem_method"]), "activation_bytes": result.activation_bytes,
                      "predicted_peak_bytes": peak,
                      "measured_peak_bytes": float(row["measured_peak_above_baseline_bytes"]),
                      "measured_s": float(row["measured_epoch_time_s"]),
                      "predicted_s": float(result.epoch_time_s.max())})  # fmt: skip
-            _log_pass(cal, raw["runs"], turn + 1)
+                if run["memory"] == CURVE_MEMORY:
+                    rows.append((row, stats_for(row)))  # the partition's statistics, read while it is there
+            _log_pass(cal, raw["runs"] + raw["family_runs"], turn + 1)
     curve_runs = raw["runs"]
     all_sizes = [r["nodes"] for r in curve_runs]
     all_keys = [r["predicted_peak_bytes"] if cal.scale_key == "peak" else r["activation_bytes"] for r in curve_runs]
@@ -196,7 +224,30 @@ def bench_engine(cal: Calibration, profile: Profile) -> tuple[float, tuple[tuple
     memory, ratios = memory_scale_of(raw, cal.log)
     raw.update(compute_scale=overall, compute_scale_curve=curve, compute_scale_key=cal.scale_key,
                compute_scale_memory=memory, memory_scale=ratios)
+    raw["family_scale"] = family_scale_of(rows, replace(one, compute_scale=overall, compute_scale_curve=curve,
+                                                        compute_scale_key=cal.scale_key), raw, cal.log)
     return overall, curve, raw
+
+
+def family_scale_of(rows: list[tuple[pd.Series, PartitionStats]], curved: Profile, raw: dict[str, Any],
+                    log=lambda _line: None) -> dict[str, float]:
+    """The op families' factors relative to the curve (:attr:`Profile.family_scale`) from the curve method's runs
+    ``rows`` (GCN, SAGE and :data:`FAMILY_MODELS`; each with its partition's statistics), each split over the
+    families at ``curved``'s scale (:func:`sarlab.simulator.system.replay.family_seconds`) and fitted by
+    :func:`sarlab.simulator.calibration.fitting.fit_family_scale`; the splits are kept in ``raw["family_split"]``."""
+    if not rows:
+        return {}
+    splits = [family_seconds(row, curved, stats) for row, stats in rows]
+    measured = [float(row["measured_epoch_time_s"]) for row, _ in rows]
+    raw["family_split"] = [{"model": str(row["model"]), "nodes": int(row["num_nodes"]), "measured_s": m, **split}
+                           for (row, _), m, split in zip(rows, measured, splits, strict=True)]  # fmt: skip
+    factors = fit_family_scale(measured, splits)
+    fitted = {f: sum(split.get(f, 0.0) for split in splits) for f in factors}
+    low, high = FAMILY_BOUNDS
+    log("    op families over the curve (" + ", ".join(dict.fromkeys(str(r["model"]).upper() for r, _ in rows))
+        + " runs): " + ", ".join(f"{f} {k:.2f}" + (" (bound)" if k in (low, high) else "")
+                                 for f, k in sorted(factors.items(), key=lambda kv: -fitted[kv[0]])))
+    return factors
 
 
 def memory_scale_of(raw: dict[str, Any], log=lambda _line: None) -> tuple[str, dict[str, float]]:

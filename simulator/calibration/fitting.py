@@ -12,7 +12,8 @@ extra thread from one-thread and all-core times of one call, :math:`\eta = (t_1 
 (:func:`fit_cache`); a link's latency, per-message gap and bandwidth from ping-pong times (:func:`fit_link`);
 the compute scale as a power law of the worker's memory (:func:`fit_scale_curve`), through the median of each
 graph size's runs (:func:`median_scale_points`); the compute scale under another memory method relative to the
-curve's from paired runs (:func:`fit_memory_ratio`).
+curve's from paired runs (:func:`fit_memory_ratio`); each op family's factor relative to that curve from engine runs
+of models that weigh the families differently (:func:`fit_family_scale`).
 """
 
 from __future__ import annotations
@@ -183,6 +184,49 @@ def fit_memory_ratio(other_s: Sequence[float], own_s: Sequence[float]) -> tuple[
         raise ValueError(f"fit_memory_ratio needs finite epoch times > 0, got {list(other)} and {list(own)}")
     ratios = other / own
     return float(np.median(ratios)), float(ratios.max() / ratios.min())
+
+
+#: a family factor is held within these bounds (the log and the profile's notes say when a fit reached one)
+FAMILY_BOUNDS = (0.25, 4.0)
+#: a family is fitted only where it takes at least this share of some run's predicted time (else it stays 1)
+FAMILY_MIN_SHARE = 0.1
+#: weight of the pull of each factor towards 1 (the curve alone), against the runs' squared relative errors
+FAMILY_RIDGE = 0.002
+
+
+def fit_family_scale(measured_s: Sequence[float], family_s: Sequence[dict[str, float]]) -> dict[str, float]:
+    r"""Each op family's factor :math:`k_f` relative to the compute-scale curve
+    (:attr:`~sarlab.simulator.hardware.profile.Profile.family_scale`), from engine runs of models whose predicted
+    time splits differently over the families (GCN, SAGE and GAT: GEMM, aggregation, attention, elementwise):
+
+    .. math::
+        \min_k \sum_i \Big(\frac{\sum_f k_f\, p_{if}}{m_i} - 1\Big)^2 + \lambda \sum_f (k_f - 1)^2
+
+    with :math:`m_i` run ``i``'s measured epoch and :math:`p_{if}` the seconds the simulator gives family ``f`` of
+    it at the curve's scale (``family_s``; :func:`sarlab.simulator.system.replay.family_seconds`), a linear least
+    squares in relative error with a weak pull (:data:`FAMILY_RIDGE`) towards 1 where the runs do not tell the
+    families apart. Only families taking :data:`FAMILY_MIN_SHARE` of some run are fitted; the others keep 1 and are
+    left out of the result. Factors are held within :data:`FAMILY_BOUNDS`.
+    """
+    m = np.asarray(measured_s, dtype=float)
+    if len(m) != len(family_s) or not len(m):
+        raise ValueError("fit_family_scale needs one measured epoch and one family split per run, and a run at least")
+    if not (np.all(np.isfinite(m)) and m.min() > 0):
+        raise ValueError(f"fit_family_scale needs finite measured epochs > 0, got {list(m)}")
+    families = sorted({f for split in family_s for f in split})
+    p = np.array([[float(split.get(f, 0.0)) for f in families] for split in family_s])
+    shares = p / np.maximum(p.sum(axis=1, keepdims=True), 1e-30)
+    fitted = [j for j in range(len(families)) if shares[:, j].max() >= FAMILY_MIN_SHARE]
+    fixed = [j for j in range(len(families)) if j not in fitted]
+    if not fitted:
+        return {}
+    a = p[:, fitted] / m[:, None]
+    b = 1.0 - p[:, fixed].sum(axis=1) / m
+    ridge = np.sqrt(FAMILY_RIDGE) * np.eye(len(fitted))
+    k, *_ = np.linalg.lstsq(np.vstack([a, ridge]), np.concatenate([b, np.sqrt(FAMILY_RIDGE) * np.ones(len(fitted))]),
+                            rcond=None)
+    low, high = FAMILY_BOUNDS
+    return {families[j]: float(np.clip(v, low, high)) for j, v in zip(fitted, k, strict=True)}
 
 
 def fit_message_costs(runs: Sequence[dict[str, Any]], small: int | None = None) -> dict[str, float]:

@@ -106,6 +106,11 @@ class Profile:
             its curve ran under: ``live`` (the counting allocator, whose block cache reuses resident pages:
             ``sarlab train``'s default) or ``rss`` (glibc with the engine's thresholds: every large tensor on fresh
             pages, page faults paid every op). Profiles older than the field were fitted on ``rss`` runs.
+        family_scale: ``{op family: factor}``: each family's cost relative to the compute-scale curve, where the
+            engine's epochs say the microbenchmarks price it off by a different factor than the rest (fitted by
+            ``sarlab calibrate`` from one-worker GCN, SAGE and GAT epochs,
+            :func:`sarlab.simulator.calibration.fitting.fit_family_scale`). Families absent: 1. Empty = one compute
+            scale for every family (profiles before the field).
         memory_scale: ``{method: ratio}``: the compute scale of runs under another memory method relative to
             :attr:`compute_scale_memory`'s, measured by ``sarlab calibrate`` (``rss`` epoch over ``live`` epoch of
             the same graphs); a record priced with :meth:`for_memory` of its ``mem_method`` column. Empty = every
@@ -146,6 +151,7 @@ class Profile:
     compute_scale_key: str = "activation"
     compute_scale_memory: str = "rss"
     memory_scale: dict[str, float] = field(default_factory=dict)
+    family_scale: dict[str, float] = field(default_factory=dict)
     first_use_memory: dict[str, dict[str, float]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     meta: dict[str, Any] = field(default_factory=dict)
@@ -170,6 +176,11 @@ class Profile:
             raise ValueError(f"memory_scale takes ratios > 0 of methods other than {self.compute_scale_memory!r} "
                              f"(the curve's own), got {self.memory_scale}")
         object.__setattr__(self, "memory_scale", ratios)
+        factors = {str(k): float(v) for k, v in self.family_scale.items()}
+        if not all(k in OP_UNITS and np.isfinite(v) and v > 0 for k, v in factors.items()):
+            raise ValueError(f"family_scale takes factors > 0 of op families {sorted(OP_UNITS)}, "
+                             f"got {self.family_scale}")
+        object.__setattr__(self, "family_scale", factors)
         object.__setattr__(self, "first_use_memory", checked_first_use(self.first_use_memory))
         if BASE_BACKEND in self.backends:
             raise ValueError(f"backends: {BASE_BACKEND} is the profile's own communication fields, not an overlay")
@@ -239,6 +250,8 @@ class Profile:
             del d["crowded_cpu"]
         if not self.memory_scale and self.compute_scale_memory == "rss":  # as fitted before the fields: as before
             del d["memory_scale"], d["compute_scale_memory"]
+        if not self.family_scale:  # one compute scale for every family: written as before the field
+            del d["family_scale"]
         if not self.first_use_memory:  # one first-use table for every method: written as before the field
             del d["first_use_memory"]
         d["format_version"] = PROFILE_FORMAT_VERSION
@@ -281,6 +294,7 @@ class Profile:
             "compute_scale_key": str(d.get("compute_scale_key", "activation")),
             "compute_scale_memory": str(d.get("compute_scale_memory", "rss")),
             "memory_scale": {str(k): float(v) for k, v in d.get("memory_scale", {}).items()},
+            "family_scale": {str(k): float(v) for k, v in d.get("family_scale", {}).items()},
             "first_use_memory": dict(d.get("first_use_memory", {})),
             "notes": tuple(d.get("notes", ())),
             "meta": dict(d.get("meta", {})),

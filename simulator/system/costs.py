@@ -23,7 +23,7 @@ class CostModel:
     output, rates ``r``, ``r_row`` and ``r_fresh`` (``fresh_rate``; no term without one), thread efficiency
     ``eta``, backward ratio ``rho`` (backward ops only) and ``sigma`` the dtype slowdown times ``scale``
     (default: the profile's ``compute_scale``; the epoch model passes :meth:`Profile.scale_at` of the
-    configuration's scale key).
+    configuration's scale key) times the family's factor (:attr:`Profile.family_scale`, 1 where absent).
     Sparse families whose profile has a ``mem_rate`` gather rows of a ``G``-byte matrix at random: a
     fraction ``h`` hits the last-level cache ``L`` (``Profile.llc_bytes``), the rest runs at ``r_mem``
     (``h = 1`` without a cache model).
@@ -43,8 +43,10 @@ class CostModel:
         self.scale = profile.compute_scale if scale is None else float(scale)
         self.slowdown = float(profile.dtype_slowdown.get(dtype, 1.0)) * self.scale
         self._speedup: dict[str, float] = {}
+        self._factor: dict[str, float] = {}
         for name in OP_UNITS:
             self._speedup[name] = profile.op(name).speedup(self.threads)
+            self._factor[name] = self.slowdown * profile.family_scale.get(name, 1.0)
 
     def op_seconds(self, op: Op) -> Number:
         """Seconds of one :class:`Op` (array work gives an array of seconds)."""
@@ -62,7 +64,7 @@ class CostModel:
             t = t * cost.bwd_ratio
         if cost.fresh_rate is not None:
             t = t + op.fresh / (cost.fresh_rate * speed)
-        return t * self.slowdown
+        return t * self._factor[op.family]
 
     def share_eff(self, ops: Iterable[Op], slots: float) -> float:
         """Efficiency of each extra co-located rank (of this model's threads) for a mix of ops (see

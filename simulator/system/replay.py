@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
 from sarlab.common.records import RUN_COLUMN
-from sarlab.simulator.hardware.profile import Profile
+from sarlab.simulator.hardware.profile import OP_UNITS, Profile
 from sarlab.simulator.network.linkprofile import LinkProfile, for_network
 from sarlab.simulator.network.sharing import with_sharing
 from sarlab.simulator.system.epoch import simulate_epoch
@@ -169,3 +170,25 @@ def simulate_row(
     run = RunSpec(mode=split_mode(row["mode"])[0], prefetch=int(row["prefetch"]), threads=threads,
                   workers_per_nic=per_nic)  # fmt: skip
     return simulate_epoch(stats or stats_for(row), model or model_for(row), run, profile)
+
+
+#: the factor a family not asked for is priced at by :func:`family_seconds` (a factor must be > 0)
+_OFF = 1e-12
+
+
+def family_seconds(row: pd.Series, profile: Profile, stats: PartitionStats | None = None) -> dict[str, float]:
+    """The predicted epoch of a one-worker ``row`` split over op families: ``{family: seconds}`` at ``profile``'s
+    scale, each priced with the others' factors set to (almost) 0
+    (:attr:`~sarlab.simulator.hardware.profile.Profile.family_scale`). One worker has no exchange, so its epoch is
+    the sum of its ops' costs and the parts add up to it. Families without cost in the run are left out. ``stats``:
+    the partition's statistics (default: read from the row's partition, :func:`stats_for`)."""
+    if int(row["workers"]) != 1:
+        raise ValueError(f"family_seconds splits one-worker runs only (no exchange to overlap), got {row['workers']}")
+    stats, model = stats or stats_for(row), model_for(row)
+    out = {}
+    for name in OP_UNITS:
+        alone = {f: (profile.family_scale.get(f, 1.0) if f == name else _OFF) for f in OP_UNITS}
+        seconds = float(simulate_row(row, replace(profile, family_scale=alone), stats, model).epoch_time_s.max())
+        if seconds > 1e-9:
+            out[name] = seconds
+    return out

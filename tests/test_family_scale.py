@@ -1,0 +1,133 @@
+"""Each op family's factor over the compute-scale curve (``Profile.family_scale``): priced on its family only (a
+hand timeline), fitted back from runs built with known factors, split out of a one-worker prediction, kept in the
+profile's JSON and written by the engine step. No timing: every number here is given."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+from test_simulator_fixtures import hand_profile, run1, two_parts
+
+from sarlab.real.calibration.engine_runs import FAMILY_HIDDEN, child_plan
+from sarlab.simulator.calibration.fitting import FAMILY_BOUNDS, fit_family_scale
+from sarlab.simulator.hardware.profile import Profile, load_profile, save_profile
+from sarlab.simulator.system.replay import family_seconds, simulate_row
+from sarlab.simulator.workload.model import ModelSpec
+from sarlab.simulator.workload.workload import estimate_partition
+
+GCN1 = ModelSpec("gcn", layers=1, hidden=4, batchnorm=False, dropout=0.0)
+
+
+def test_a_family_factor_prices_its_family_only_by_hand():
+    """One GCN layer on one worker of 160 nodes and 590 edges, 8 features, 4 classes (the hand profile: GEMM at 1e9
+    FLOP/s, SpMM at 1e6 edge*feature/s with backward x2, elementwise free): x W and the weight gradient, two GEMMs of
+    2 n F C FLOP; A (x W) forward (E C) and A^T g backward (2 E C). The epoch is 2 k_gemm g + 3 k_spmm s."""
+    st = estimate_partition(160, 590, 1, 8, 4)
+    g, s = 2 * 160 * 8 * 4 / 1e9, 590 * 4 / 1e6
+    for factors in ({}, {"gemm": 3.0}, {"spmm": 0.5}, {"gemm": 3.0, "spmm": 0.5, "gat_fused": 7.0}):
+        epoch = run1(st, GCN1, "sar", replace(hand_profile(), family_scale=factors)).epoch_time_s[0]
+        assert epoch == pytest.approx(2 * factors.get("gemm", 1.0) * g + 3 * factors.get("spmm", 1.0) * s, rel=1e-12)
+
+
+@pytest.mark.parametrize("executor", ["events", "lockstep"])
+def test_two_workers_price_each_family_with_its_factor(executor):
+    """Two workers of the hand partition: doubling every family's factor doubles the compute on the timeline, and a
+    factor on a family the model does not run (GAT's) changes nothing."""
+    st, prof = two_parts(), replace(hand_profile(latency=0.0, bandwidth=1e15, gap=0.0))
+    base = run1(st, GCN1, "sar", prof, executor=executor).epoch_time_s
+    doubled = run1(st, GCN1, "sar", replace(prof, family_scale={"gemm": 2.0, "spmm": 2.0}), executor=executor)
+    unused = run1(st, GCN1, "sar", replace(prof, family_scale={"gat_unfused": 5.0}), executor=executor)
+    assert doubled.epoch_time_s == pytest.approx(2.0 * base, rel=1e-9)
+    assert unused.epoch_time_s == pytest.approx(base, rel=1e-12)
+
+
+def _split(gemm: float, spmm: float, elementwise: float, gat: float = 0.0) -> dict[str, float]:
+    out = {"gemm": gemm, "spmm": spmm, "elementwise": elementwise}
+    if gat:
+        out["gat_fused"] = gat
+    return {k: v for k, v in out.items() if v}
+
+
+def test_fit_family_scale_recovers_the_factors_runs_were_built_with():
+    """Runs whose families split as GCN's, SAGE's and GAT's do, measured as sum_f k_f p_f with known k: the fit finds
+    k (within the weak pull towards 1); a family under the share threshold everywhere is left out (stays 1)."""
+    truth = {"gemm": 1.3, "spmm": 0.7, "elementwise": 0.55, "gat_fused": 0.8}
+    splits = [_split(0.37, 0.18, 0.45), _split(0.59, 0.15, 0.26), _split(0.08, 0, 0.37, 0.55),
+              _split(0.30, 0.33, 0.36), _split(0.50, 0.29, 0.21), _split(0.08, 0, 0.36, 0.56)]
+    splits = [{**s, "max_aggr": 0.001} for s in splits]  # 0.1 % of every run: not fitted
+    measured = [sum(truth.get(f, 1.0) * v for f, v in s.items()) for s in splits]
+    found = fit_family_scale(measured, splits)
+    assert set(found) == set(truth)
+    for family, k in truth.items():
+        assert found[family] == pytest.approx(k, rel=0.05)
+    # exact runs of factor 1 everywhere give 1
+    assert fit_family_scale([sum(s.values()) for s in splits], splits) == pytest.approx(dict.fromkeys(truth, 1.0))
+
+
+def test_fit_family_scale_holds_its_bounds_and_refuses_bad_input():
+    splits = [_split(1.0, 0, 0), _split(0, 1.0, 0)]
+    found = fit_family_scale([100.0, 0.001], splits)
+    assert found == {"gemm": FAMILY_BOUNDS[1], "spmm": FAMILY_BOUNDS[0]}
+    with pytest.raises(ValueError, match="one measured epoch"):
+        fit_family_scale([1.0], splits)
+    with pytest.raises(ValueError, match="finite"):
+        fit_family_scale([1.0, 0.0], splits)
+
+
+def _row(model: str, workers: int = 1) -> pd.Series:
+    return pd.Series({"label": "", "graph": "g", "partition_dir": "", "num_nodes": 20_000, "num_edges": 400_000,
+                      "feature_dim": 64, "num_classes": 16, "model": model, "layers": 2, "hidden": 64, "heads": 4,
+                      "aggr": "mean", "fused": True, "mode": "sar", "workers": workers, "prefetch": 1,
+                      "dtype": "float32", "batchnorm": False, "dropout": 0.0, "threads": 1, "net": "loopback",
+                      "backend": "gloo", "mem_method": "live"})  # fmt: skip
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage", "gat"])
+def test_family_seconds_add_up_to_the_one_worker_epoch(model):
+    prof = replace(load_profile("reference-laptop"), family_scale={"gemm": 1.5})
+    stats = estimate_partition(20_000, 400_000, 1, 64, 16)
+    split = family_seconds(_row(model), prof, stats)
+    whole = float(simulate_row(_row(model), prof, stats).epoch_time_s.max())
+    assert sum(split.values()) == pytest.approx(whole, rel=1e-6)
+    assert "gemm" in split and ("gat_fused" in split) == (model == "gat") and "max_aggr" not in split
+    with pytest.raises(ValueError, match="one-worker"):
+        family_seconds(_row(model, workers=2), prof, stats)
+
+
+def test_profile_keeps_its_family_factors_and_refuses_bad_ones(tmp_path):
+    prof = replace(hand_profile(), family_scale={"gemm": 1.2, "gat_fused": 0.8})
+    back = load_profile(save_profile(prof, tmp_path / "p.json"))
+    assert back.family_scale == {"gemm": 1.2, "gat_fused": 0.8}
+    assert "family_scale" not in hand_profile().to_json()  # written as before the field where empty
+    assert Profile.from_json(hand_profile().to_json()).family_scale == {}
+    with pytest.raises(ValueError, match="family_scale"):
+        replace(hand_profile(), family_scale={"gemm": 0.0})
+    with pytest.raises(ValueError, match="family_scale"):
+        replace(hand_profile(), family_scale={"matmul": 1.0})
+
+
+def test_the_engine_plan_runs_gat_beside_gcn_and_sage_at_the_family_sizes(tmp_path):
+    plan = child_plan((1, 2, 3), 0, 2, 3, 256, 2, tmp_path, family_sizes=(1, 2))
+    live = [(r["spec"].split(",")[0].split("=")[1], r["model"], r["hidden"]) for r in plan if r["memory"] == "live"]
+    assert live == [("1", "gcn", 256), ("1", "sage", 256), ("1", "gat", FAMILY_HIDDEN),
+                    ("2", "gcn", 256), ("2", "sage", 256), ("2", "gat", FAMILY_HIDDEN),
+                    ("3", "gcn", 256), ("3", "sage", 256)]
+    quick = child_plan((1, 2), 0, 2, 2, 32, 2, tmp_path, family_sizes=(1, 2))
+    assert {r["hidden"] for r in quick if r["model"] == "gat"} == {32}
+
+
+def test_the_engine_step_writes_the_family_factors_into_the_profile(monkeypatch, tmp_path):
+    import sarlab.real.calibration.calibrate as calibrate_module
+    from sarlab.simulator.calibration.calibration import Calibration, Findings
+
+    raw = {"runs": [{}] * 4, "ratio_nodes": 3000, "compute_scale_memory": "live", "memory_scale": {"rss": 2.1},
+           "family_scale": {"gemm": 1.25, "gat_fused": 0.75}, "family_split": [{}] * 8}
+    curve = ((50e6, 0.5), (500e6, 0.4))
+    monkeypatch.setattr(calibrate_module, "bench_engine", lambda cal, prof: (0.45, curve, raw))
+    cal = Calibration(quick=True, quiet_tries=1, log=lambda _line: None)
+    prof = calibrate_module._fit_engine(cal, Findings(), hand_profile())
+    assert prof.family_scale == {"gemm": 1.25, "gat_fused": 0.75}
+    assert "family_scale" in prof.notes[-1] and "gemm 1.25" in prof.notes[-1]
+    assert load_profile(save_profile(prof, tmp_path / "p.json")).family_scale == prof.family_scale
