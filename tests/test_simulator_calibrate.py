@@ -8,12 +8,16 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import torch
 from test_simulator_fixtures import hand_profile
 
 import sarlab.real.bench.bench as bench_module
 import sarlab.real.calibration.calibrate as calibrate_module
+import sarlab.real.calibration.gatbench as gatbench
 from sarlab.real.bench.bench import _Prober
+from sarlab.real.calibration.gatbench import UNFUSED_LEFT_OUT, form_shapes, gat_inputs, gat_shapes
 from sarlab.real.calibration.hostbench import bench_first_use, bench_share, launch_commbench
+from sarlab.real.calibration.progressbench import rounds_for
 from sarlab.real.calibration.sharebench import window_order
 from sarlab.real.commands.calibrate_cmd import calibrate_main
 from sarlab.real.commands.simulate_cmd import simulate_main
@@ -139,6 +143,35 @@ def test_share_windows_alternate_and_the_group_reports_every_pair():
         per_pair = [2 * sh / so - 1 for so, sh in zip(windows["solo"], windows["shared"], strict=True)]
         assert raw["eta_per_pair"][name] == pytest.approx(per_pair)
         assert etas[name] == pytest.approx(float(np.clip(np.median(per_pair), 0.0, 1.0)))
+
+
+def test_budget_trims_keep_what_they_measure():
+    """The calibration-budget trims (results/host_model/budget/trims): progressbench gives every worker count the
+    rank-rounds of the smallest (never fewer than 10 rounds, so --quick's 10 stay 10); the unfused GAT forms leave
+    out only their largest shape, the fused form and --quick keep every shape."""
+    assert [rounds_for(p, 2, 40) for p in (2, 4, 8)] == [40, 20, 10]
+    assert [rounds_for(p, 16, 40) for p in (16, 32, 64)] == [40, 20, 10]
+    assert [rounds_for(p, 2, 10) for p in (2, 4, 8)] == [10, 10, 10]
+    assert rounds_for(3, 2, 40) == 27  # rounded up
+    full, quick = Calibration(), Calibration(quick=True)
+    assert form_shapes(full, fused=True) == gat_shapes(full)
+    unfused = form_shapes(full, fused=False)
+    assert len(unfused) == len(gat_shapes(full)) - 1 and not UNFUSED_LEFT_OUT & set(unfused)
+    assert form_shapes(quick, fused=False) == gat_shapes(quick)
+
+
+def test_unfused_gat_times_threads_on_the_shape_it_leaves_out(monkeypatch):
+    """A shape left out of an unfused form's fit is still the one its thread speed-ups are timed on."""
+    quick = Calibration(quick=True)
+    left_out = (2000, 16, 2, 16)
+    timed = []
+    monkeypatch.setattr(gatbench, "UNFUSED_LEFT_OUT", frozenset({left_out}))
+    monkeypatch.setattr(gatbench, "gat_inputs", lambda n, *rest: timed.append(n) or gat_inputs(n, *rest))
+    found = Findings()
+    gatbench.bench_gat_unfused(quick, found, 2, torch.Generator().manual_seed(0))
+    assert left_out not in [tuple(s) for s in found.raw["gat_unfused"]["shapes"]]
+    assert timed[-1] == left_out[0] and len(timed) == len(gat_shapes(quick))
+    assert [t for t, _ in found.raw["thread_speedups"]["gat_unfused"]] == [2]
 
 
 def test_commbench_ranks_know_they_share_the_host(monkeypatch):

@@ -15,17 +15,18 @@ from sarlab.real.calibration.hostbench import colocation_threads, share_seconds
 from sarlab.simulator.calibration.calibration import Calibration
 
 #: seconds of the steps whose length does not depend on the cores (quick, full), on a quiet 2-core EPYC VM. Every
-#: process these steps start but the first-use probe's is forked from the zygote (``zygote``: its one import of the
-#: engine), so the steps cost their own work: ``memory`` the allocator and, in a full calibration, the first-use
-#: probe (7 fresh interpreters at once under rss, one forked under live); ``network`` netbench, commbench (quick: 2 and
-#: 3 ranks once; full: 2, 4 and 8 ranks, 2 rounds) and progressbench (``C``, ``2C`` and
-#: ``4C`` ranks, each rank's rounds the same work, so their length grows with ``P / C``, not with the cores);
-#: ``engine`` one pass of single-worker epochs (quick: 4 tiny runs; full: 2 rss runs at 35,000 nodes and 6 live
-#: runs up to 100,000)
-FIXED_S = {"zygote": (4.0, 4.0), "memory": (0.5, 25.0), "network": (15.0, 65.0), "engine": (6.0, 50.0)}
+#: process these steps start but the first-use probe's family probes is forked from the zygote (``zygote``: its one
+#: import of the engine), so the steps cost their own work: ``memory`` the allocator and, in a full calibration, the
+#: first-use probe (6 fresh interpreters at once under rss, then the transients' process and the live one forked);
+#: ``network`` netbench, commbench (quick: 2 and 3 ranks once; full: 2, 4 and 8 ranks, one round of 14 repeats) and
+#: progressbench (``C``, ``2C`` and ``4C`` ranks over the same rank-rounds, so each count's length grows with its
+#: rounds' ``P / C`` share of the cores: about the same for each); ``engine`` one pass of single-worker epochs
+#: (quick: 4 tiny runs; full: 2 rss runs at 35,000 nodes and 6 live runs up to 100,000)
+FIXED_S = {"zygote": (4.0, 4.0), "memory": (0.5, 20.0), "network": (15.0, 38.0), "engine": (6.0, 50.0)}
 #: one op family's shapes on one thread (quick, full), and one thread count of its slowest shape per round (none
-#: on one core); the GAT families take the most (the autograd form ~20 s of a full calibration's one-thread part)
-OP_BASE_S, OP_PER_COUNT_S = (0.3, 8.0), (0.05, 1.3)
+#: on one core); the GAT autograd form takes the most (~10 s of a full calibration's one-thread part, ~13 s of its
+#: thread speed-ups on two cores)
+OP_BASE_S, OP_PER_COUNT_S = (0.3, 4.3), (0.05, 1.1)
 #: a load average above this share of the cores means other processes compete for them
 BUSY_SHARE = 0.5
 #: op families and the other timed steps (memory, network, engine, one share group per thread count)

@@ -62,7 +62,7 @@ from sarlab.real.calibration.hostbench import (
     share_seconds,
 )
 from sarlab.real.calibration.opbench import bench_elementwise, bench_gemm, bench_max, bench_spmm, thread_counts
-from sarlab.real.calibration.progressbench import ROWS, spread_table
+from sarlab.real.calibration.progressbench import ROWS, rounds_for, spread_table
 from sarlab.real.calibration.ranks import preload
 from sarlab.simulator.calibration.calibration import Calibration, Findings
 from sarlab.simulator.calibration.fitting import fit_message_costs
@@ -254,7 +254,8 @@ def _measure_spread(cal: Calibration, found: Findings, cores: int, backend: str 
     cal.log("    progress spread sigma_P (fitted to the slowest / mean loss): "
             + ", ".join(f"P={p}: {v:.3f}" for p, v in fitted.items()))
     found.notes.append(f"progress_spread: P = {counts} single-thread ranks, {SPREAD_CALLS} engine SpMM calls per "
-                       f"round ({rounds} rounds) then a {backend} barrier (progressbench); sigma fitted by "
+                       f"round ({', '.join(str(rounds_for(p, counts[0], rounds)) for p in counts)} rounds: the same "
+                       f"rank-rounds) then a {backend} barrier (progressbench); sigma fitted by "
                        "spread.fit_sigma")
     return fitted
 

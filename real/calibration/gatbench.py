@@ -39,6 +39,21 @@ def gat_shapes(cal: Calibration) -> list[tuple[int, int, int, int]]:
     return shapes + tiny
 
 
+#: shapes of :func:`gat_shapes` the unfused forms (``gat_unfused``, ``gat_autograd``) leave out of their one-thread
+#: fit: 20,000 rows of degree 16 at 4 x 32 is 1.3 M edges whose ``E x H x C`` tensors (164 MB each) made it the
+#: slowest shape of both (12 s of a calibration); without it their fitted rates, row rates, overheads and backward
+#: ratios moved less than calibrations differ from each other (results/host_model/budget/trims/README.md). Their
+#: thread speed-ups are still timed on it: on the next-slowest shape both forms measured lower efficiencies (unfused
+#: 0.14 against 0.31, autograd 0.56 against 0.68: medians of alternating runs). The fused form keeps it in its fit:
+#: its backward ratio moves without it.
+UNFUSED_LEFT_OUT = frozenset({(20000, 16, 4, 32)})
+
+
+def form_shapes(cal: Calibration, fused: bool) -> list[tuple[int, int, int, int]]:
+    """The shapes one form is timed on: :func:`gat_shapes`, less :data:`UNFUSED_LEFT_OUT` for the unfused forms."""
+    return [s for s in gat_shapes(cal) if fused or tuple(s) not in UNFUSED_LEFT_OUT]
+
+
 def gat_inputs(n: int, deg: int, heads: int, ch: int, gen: torch.Generator) -> tuple[Shard, torch.Tensor, torch.Tensor]:
     """A shard and the engine's row layouts: exchanged rows ``[z (H*C), s_src (H)]`` and destination rows
     ``[z, s_src, s_dst]`` (:class:`sarlab.nn.gat.AttentionAggregation`)."""
@@ -89,10 +104,11 @@ def autograd_calls(att: AttentionAggregation, shard: Shard, rows: torch.Tensor, 
 
 def _bench(cal: Calibration, found: Findings, cores: int, gen: torch.Generator, name: str, fused: bool,
            autograd: bool) -> OpCost:
-    """Time one form over :func:`gat_shapes` and fit it (module docstring)."""
+    """Time one form over :func:`form_shapes` and fit it (module docstring)."""
     rows_fit, fwd, bwd = [], [], []
     last = None
-    for n, deg, heads, ch in gat_shapes(cal):
+    shapes = form_shapes(cal, fused)
+    for n, deg, heads, ch in shapes:
         att = AttentionAggregation(heads, ch, SLOPE, self_loops=False, fused=fused, backend=None)
         shard, rows, dst_x = gat_inputs(n, deg, heads, ch, gen)
         forward, backward = (autograd_calls if autograd else gat_calls)(att, shard, rows, dst_x)
@@ -105,9 +121,14 @@ def _bench(cal: Calibration, found: Findings, cores: int, gen: torch.Generator, 
         bwd.append(tb)
         if last is None or tf > last[0]:
             last = (tf, forward)
+    left_out = [s for s in gat_shapes(cal) if s not in shapes]
+    if left_out and cores > 1:  # the thread speed-ups of the largest shape, left out of the fit (UNFUSED_LEFT_OUT)
+        n, deg, heads, ch = max(left_out, key=lambda s: s[0] * s[1] * s[2] * s[3])
+        att = AttentionAggregation(heads, ch, SLOPE, self_loops=False, fused=fused, backend=None)
+        last = (0.0, (autograd_calls if autograd else gat_calls)(att, *gat_inputs(n, deg, heads, ch, gen))[0])
     eff = parallel_eff(cal, found, cores, last[1], name)
     rate, overhead, row_rate, ratio = fit_op(rows_fit, fwd, bwd, 2e8 if fused else 5e7)
-    found.raw[name] = {"shapes": gat_shapes(cal), "fwd": fwd, "bwd": bwd,
+    found.raw[name] = {"shapes": shapes, "fwd": fwd, "bwd": bwd,
                        "entry": "sarlab.nn.gat.AttentionAggregation"}
     return OpCost(rate=rate, overhead_s=overhead, bwd_ratio=ratio, parallel_eff=eff, row_rate=row_rate)
 

@@ -77,7 +77,8 @@ def bench_first_use(found: Findings, memory: str = "rss",
 #: seconds of one sharebench window and window pairs per family in a full calibration (quick: 0.3 s, 2 pairs)
 SHARE_WINDOW_S = 0.4
 #: process start (forked from the zygote: milliseconds), input set-up and warm-up of the sharebench processes
-#: before their first window
+#: before their first window (1.5 s was too short on the 2-core VM: the ranks finished warming up 2.8 s late and
+#: missed the first families' windows, results/host_model/budget/trims/README.md)
 SHARE_LEAD_IN_S = 4.0
 
 
@@ -190,23 +191,25 @@ def message_worlds(cal: Calibration) -> tuple[int, ...]:
     return (2, 3) if cal.quick else (2, 4, 8)
 
 
-#: commbench rounds over the world sizes in a full calibration (forward, then backward): a third round moved the fitted
-#: message costs by less than single rounds differ from each other and the validations by 0.1 points
-#: (results/host_model/budget/README.md), and cost 18 s of a one-core calibration
-MESSAGE_ROUNDS = 2
+#: commbench rounds over the world sizes in a full calibration, timed repeats of each group, and the message sizes
+#: (bytes): one round of 14 repeats of 256-byte messages. The fit (:func:`fit_message_costs`) reads the smallest size
+#: only, and a group's fixed costs (8 ranks joining gloo on 2 cores: 4 s) dominated the two rounds of 7 repeats over
+#: 256 B - 2 MB that calibrations ran before (22 s on the 2-core VM, against 8 s): the message costs fitted either way
+#: stayed within the spread of repeated two-round measurements (results/host_model/budget/trims/README.md)
+MESSAGE_ROUNDS, MESSAGE_REPEATS, MESSAGE_SIZES = 1, 14, (256,)
 
 
 def bench_messages(cal: Calibration, found: Findings, worlds: tuple[int, ...] | None = None,
-                   rounds: int = MESSAGE_ROUNDS, backend: str = "gloo") -> dict[str, float]:
+                   rounds: int | None = None, backend: str = "gloo") -> dict[str, float]:
     """Software costs of posting and waiting for ``backend`` messages, and of its all-reduces
     (:func:`sarlab.simulator.calibration.fitting.fit_message_costs`) from :mod:`sarlab.real.calibration.commbench`
-    groups of every size in ``worlds``, the sizes alternating over ``rounds`` rounds (forward, then backward) so that
-    drift of a shared machine spreads over all of them."""
-    sizes = [256] if cal.quick else [256, 16384, 262144, 2097152]
-    repeats = 1 if cal.quick else 7
+    groups of every size in ``worlds``, :data:`MESSAGE_ROUNDS` rounds (or ``rounds``; forward, then backward, so
+    that drift of a shared machine spreads over the sizes) of :data:`MESSAGE_REPEATS` repeats."""
+    sizes = [256] if cal.quick else list(MESSAGE_SIZES)
+    repeats = 1 if cal.quick else MESSAGE_REPEATS
     worlds = message_worlds(cal) if worlds is None or cal.quick else worlds
     runs = []
-    for i in range(1 if cal.quick else rounds):
+    for i in range(1 if cal.quick else rounds or MESSAGE_ROUNDS):
         for world in (worlds if i % 2 == 0 else tuple(reversed(worlds))):
             runs.append(launch_commbench(world, repeats, sizes, backend=backend, allreduce_sizes=ALLREDUCE_SIZES))
     fit = fit_message_costs(runs)

@@ -224,17 +224,18 @@ def first_use(family: str) -> float:
     return float(max(held_bytes() - before, 0))
 
 
-def probe_commands(memory: str = "rss") -> list[list[str]]:
+def probe_commands(memory: str = "rss", transients: bool = True) -> list[list[str]]:
     """The processes one probe under ``memory`` runs, all at once (each one's RSS is its own): under ``rss`` one per
     family (``--family``: pages several families share count for each of them, as a model running one family sees
-    them) and one for the sparse kernels' temporaries (``--transients``); under ``live`` one for every family
-    (tensor bytes: no pages to share)."""
+    them) and, with ``transients``, one for the sparse kernels' temporaries (``--transients``); under ``live`` one for
+    every family (tensor bytes: no pages to share)."""
     def command(*args: str) -> list[str]:
         return module_command("memprobe", *args)
 
     if memory == "live":
         return [command("--memory", "live")]
-    return [*(command("--family", family, "--memory", memory) for family in PROBES), command("--transients")]
+    return [*(command("--family", family, "--memory", memory) for family in PROBES),
+            *([command("--transients")] if transients else [])]
 
 
 def merge(outputs: list[str]) -> dict[str, dict[str, float]]:
@@ -249,14 +250,25 @@ def merge(outputs: list[str]) -> dict[str, dict[str, float]]:
     return result
 
 
+#: the sparse kernels' temporaries are measured in a process forked from the zygote (after the fresh family probes):
+#: each is a peak beyond the resident bytes just before a call that already ran once, so the pages a fork faults in
+#: again are not in it; a fresh interpreter cost one more torch import among the probe's (2-3 s of a calibration)
+TRANSIENTS_FORKED = True
+
+
 def run_probe(memory: str = "rss", fresh: bool = True, timeout_s: float = 600.0) -> dict[str, dict[str, float]]:
     """Run :func:`probe_commands` at once and :func:`merge` their outputs; ``fresh``: each a fresh interpreter,
-    else forked from the zygote (:func:`sarlab.real.calibration.ranks.run_group`)."""
+    else forked from the zygote (:func:`sarlab.real.calibration.ranks.run_group`). Under ``rss`` with ``fresh`` the
+    transients' process follows, forked (:data:`TRANSIENTS_FORKED`)."""
     from sarlab.real.calibration.ranks import run_group
 
-    commands = probe_commands(memory)
+    apart = memory == "rss" and fresh and TRANSIENTS_FORKED
+    commands = probe_commands(memory, transients=not apart)
     env = module_env()
-    return merge(run_group(commands, [env] * len(commands), f"memprobe ({memory})", timeout_s, fork=not fresh))
+    outputs = run_group(commands, [env] * len(commands), f"memprobe ({memory})", timeout_s, fork=not fresh)
+    if apart:
+        outputs += run_group([module_command("memprobe", "--transients")], [env], "memprobe (transients)", timeout_s)
+    return merge(outputs)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,7 +3,8 @@
 ``P`` single-thread ranks on loopback (joined over gloo, or ``--backend ccl``) run the engine's SpMM
 (:meth:`sarlab.core.shards.Shard.spmm`, C++ where built) on a random shard of ``--rows`` rows, ``--degree``
 in-edges per row and ``--width`` features, ``--calls`` calls per round, then all join a one-element all-reduce (a
-barrier), ``--rounds`` rounds after one warm-up round. Each rank times the wall clock of its round's compute. With
+barrier), ``--rounds`` rounds after one warm-up round (at the smallest ``P``; a larger ``P`` as many rank-rounds,
+:func:`rounds_for`). Each rank times the wall clock of its round's compute. With
 ``P`` no larger than the cores the ranks' times agree within a few per cent; with ``P`` above them the OS time-slices
 memory-bound processes unevenly, and since every round ends at its slowest rank, that unevenness becomes waiting.
 How a backend waits at the barrier (gloo's threads sleep in the kernel, oneCCL's worker polls) changes the
@@ -103,12 +104,28 @@ def summarize(times: list[list[float]]) -> dict[str, float]:
             "round_s": mean / len(rounds), "slowest_round_s": slowest / len(rounds)}
 
 
+#: the fewest rounds a worker count gets from :func:`rounds_for`
+MIN_ROUNDS = 10
+
+
+def rounds_for(workers: int, fewest_workers: int, rounds: int) -> int:
+    """Rounds of ``workers`` ranks when the smallest count of a table, ``fewest_workers``, runs ``rounds``: the
+    same rank-rounds (``workers x rounds``, the samples ``sigma`` and ``loss`` are taken over) for every count, at
+    least :data:`MIN_ROUNDS`. A round of ``P`` time-shared ranks lasts ``P / C`` times one rank's, so equal rounds
+    spent most of the time on the largest ``P`` (19 of 30 s on the 2-core VM at P = 8); ``sigma`` and ``loss``
+    of P = 4 and 8 from a quarter and a half of their rounds stayed within the spread of repeated full runs
+    (results/host_model/budget/trims/README.md)."""
+    return max(min(rounds, MIN_ROUNDS), -(-rounds * max(fewest_workers, 1) // max(workers, 1)))
+
+
 def spread_table(worker_counts: list[int], calls: int, rounds: int, log=_log.info, rows: int = ROWS,
                  backend: str = "gloo") -> dict[int, dict[str, float]]:
-    """:func:`summarize` of one :func:`measure` per worker count."""
+    """:func:`summarize` of one :func:`measure` per worker count, the smallest count over ``rounds`` rounds and
+    the others over as many rank-rounds (:func:`rounds_for`)."""
     table = {}
+    fewest = min(worker_counts, default=1)
     for p in worker_counts:
-        table[p] = summarize(measure(p, calls, rounds, rows=rows, backend=backend))
+        table[p] = summarize(measure(p, calls, rounds_for(p, fewest, rounds), rows=rows, backend=backend))
         row = table[p]
         log(f"    P={p}: round {row['round_s'] * 1e3:.1f} ms, spread sigma {row['sigma']:.3f} "
             f"(mean {row['sigma_mean']:.3f}), slowest / mean {row['loss']:.3f}")
@@ -120,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--workers", default="2,4,8", help="comma list of rank counts (default 2,4,8)")
     parser.add_argument("--calls", type=int, default=3, help="SpMM calls per round (default 3)")
-    parser.add_argument("--rounds", type=int, default=40, help="timed rounds (default 40)")
+    parser.add_argument("--rounds", type=int, default=40,
+                        help="timed rounds of the smallest count, the others as many rank-rounds (default 40)")
     parser.add_argument("--rows", type=int, default=ROWS)
     parser.add_argument("--degree", type=int, default=DEGREE)
     parser.add_argument("--width", type=int, default=WIDTH)
