@@ -1,0 +1,56 @@
+#!/bin/bash
+# One sitting of issue 39's validation with per-family compute factors (README.md): a full calibration on core 0,
+# a grid of runs on both cores at two graph sizes, the full calibration on both cores, a grid confined to core 0
+# (the reverse direction), `--quick`; then every validation. Usage: bash sitting.sh TAG (outputs get TAG's suffix).
+set -u
+TAG=${1:?usage: sitting.sh TAG}
+cd "$(dirname "$0")/../../.."
+D=results/host_model/families; R=$D/records_$TAG; mkdir -p $R
+LOG=$D/runs_$TAG.log
+ld() { cut -d' ' -f1-3 /proc/loadavg; }
+say() { echo "$(date -u +%T) $* load=$(ld)" >> $LOG; }
+say "sitting $TAG start HEAD=$(git rev-parse --short HEAD) $(git status --short | wc -l) changed files"
+calibrate() { # tag, then the command's prefix and flags
+  local tag=$1; shift
+  say "calibrate_$tag start"
+  /usr/bin/time -f "%e s wall, %U s user, %S s sys" "$@" --accept-implausible --out $D/profile_${tag}_$TAG.json \
+     > $D/calibrate_${tag}_$TAG.log 2>&1
+  say "calibrate_$tag rc=$? $(tail -1 $D/calibrate_${tag}_$TAG.log)"
+}
+run() { # where (both|core0) nodes P T model
+  local where=$1 n=$2 P=$3 T=$4 m=$5 pin=""
+  [ "$where" = core0 ] && pin="taskset -c 0"
+  local f=$R/${where}_${m}_n${n}_P${P}_T${T}.json t0=$(date +%s)
+  timeout 400 $pin .venv/bin/sarlab train -q --graph synthetic:nodes=$n,degree=20,features=64,classes=16,seed=0 \
+     --workers $P --threads $T --model $m --layers 3 --hidden 128 --mode sar --epochs 4 --timeout 300 \
+     --memory live --json $f > /dev/null 2>&1
+  say "run $where $m n=$n P=$P T=$T rc=$? $(( $(date +%s)-t0 ))s"
+}
+calibrate 1core taskset -c 0 .venv/bin/sarlab calibrate
+for n in 20000 60000; do for m in gcn sage gat; do run both $n 1 2 $m; run both $n 2 1 $m; run both $n 4 1 $m; done; done
+calibrate 2core .venv/bin/sarlab calibrate
+for m in gcn sage gat; do run core0 20000 1 1 $m; run core0 20000 2 1 $m; done
+calibrate quick .venv/bin/sarlab calibrate --quick
+say "sitting $TAG runs done"
+# each record's partition manifest beside it (<stem>_manifests/<dir>.json), so that a fresh clone replays the same halos
+for f in $R/*.json; do
+  pdir=$(.venv/bin/python -c "import json,sys; r=json.load(open(sys.argv[1])); r=r[0] if isinstance(r,list) else r; \
+print(r['partition_dir'])" $f)
+  mkdir -p ${f%.json}_manifests && cp $pdir/manifest.json ${f%.json}_manifests/$(basename $pdir).json
+done
+# the same profiles without their family factors: the change's A/B on the same records
+for p in 1core 2core; do
+  .venv/bin/python -c "import json,sys; d=json.load(open(sys.argv[1])); d.pop('family_scale',None); \
+json.dump(d,open(sys.argv[2],'w'),indent=1)" $D/profile_${p}_$TAG.json $D/profile_${p}_$TAG.nofamily.json
+done
+val() { # name, profile spec, records...
+  local name=$1 spec=$2; shift 2
+  .venv/bin/sarlab simulate --validate "$@" --profile "$spec" --validation-out $D/validation_${name}_$TAG.csv \
+     > $D/validate_${name}_$TAG.log 2>&1
+}
+for v in "" .nofamily; do
+  val 1core${v}_to_both "describe:base=$D/profile_1core_$TAG$v.json,cores=2" $R/both_*.json
+  val 2core${v}_to_both $D/profile_2core_$TAG$v.json $R/both_*.json
+  val 2core${v}_to_core0 "describe:base=$D/profile_2core_$TAG$v.json,cores=1" $R/core0_*.json
+done
+say "sitting $TAG validations done"
