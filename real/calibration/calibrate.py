@@ -285,7 +285,7 @@ def _fit_engine(cal: Calibration, found: Findings, profile: Profile) -> Profile:
     )
     families = dict(raw.get("family_scale", {}))
     if families:
-        note += ("; family_scale (each op family over the curve, fitted on "
+        note += ("; family_scale (GEMM and the other families over the curve, fitted on "
                  f"{len(raw.get('family_split', []))} GCN, SAGE and GAT runs): "
                  + ", ".join(f"{f} {k:.2f}" for f, k in sorted(families.items())))
     cal.log(f"    compute_scale {scale:.3f} ({memory})"

@@ -47,6 +47,7 @@ from sarlab.real.calibration.ranks import run_group
 from sarlab.real.launch.prepare import prepare_partition
 from sarlab.simulator.calibration.calibration import Calibration
 from sarlab.simulator.calibration.fitting import (
+    FAMILY_APART,
     FAMILY_BOUNDS,
     fit_family_scale,
     fit_memory_ratio,
@@ -242,11 +243,13 @@ def family_scale_of(rows: list[tuple[pd.Series, PartitionStats]], curved: Profil
     raw["family_split"] = [{"model": str(row["model"]), "nodes": int(row["num_nodes"]), "measured_s": m, **split}
                            for (row, _), m, split in zip(rows, measured, splits, strict=True)]  # fmt: skip
     factors = fit_family_scale(measured, splits)
-    fitted = {f: sum(split.get(f, 0.0) for split in splits) for f in factors}
     low, high = FAMILY_BOUNDS
+    apart = [f for f in FAMILY_APART if f in factors]
+    rest = next((v for f, v in factors.items() if f not in FAMILY_APART), None)
+    words = [f"{f} {factors[f]:.2f}" for f in apart] + ([f"every other family {rest:.2f}"] if rest is not None else [])
+    bound = " (a bound reached)" if any(v in (low, high) for v in factors.values()) else ""
     log("    op families over the curve (" + ", ".join(dict.fromkeys(str(r["model"]).upper() for r, _ in rows))
-        + " runs): " + ", ".join(f"{f} {k:.2f}" + (" (bound)" if k in (low, high) else "")
-                                 for f, k in sorted(factors.items(), key=lambda kv: -fitted[kv[0]])))
+        + " runs): " + ", ".join(words) + bound)
     return factors
 
 
