@@ -110,6 +110,25 @@ def fit_cache(work: list[float], edge_s: list[float], gathered: list[float], rat
     return (llc, mem_rate) if mem_rate < rate * 0.99 else (0.0, rate)
 
 
+def fit_gather_rates(edge_s: Sequence[float], work: Sequence[float], gathered: Sequence[float], llc: float
+                     ) -> tuple[float, float] | None:
+    """In-cache rate ``r`` and out-of-cache rate ``r_mem`` of a family whose edge work ``w`` gathers rows of a
+    ``G``-byte matrix, from shapes whose ``G`` straddles the cache ``L`` (a profile's ``llc_bytes``, fitted on SpMM):
+    :math:`t = w (h / r + (1 - h) / r_{mem})`, :math:`h = \\min(1, L / G)`, non-negative least squares in
+    relative error. ``edge_s``: each shape's edge time (its time less the overhead and row terms). None where the
+    shapes do not tell the two apart (no shape beyond the cache, none inside it, or either rate not positive)."""
+    t, w, g = (np.asarray(v, dtype=float) for v in (edge_s, work, gathered))
+    if llc <= 0 or not len(t) or np.any(t <= 0):
+        return None
+    hit = np.minimum(1.0, llc / g)
+    if not (np.any(hit < 1.0) and np.any(hit > 0.5)):
+        return None
+    inv_r, inv_mem = fit_nonnegative(np.stack([w * hit, w * (1.0 - hit)], axis=1), t)
+    if inv_r <= 0 or inv_mem <= 0:
+        return None
+    return float(1.0 / inv_r), float(1.0 / inv_mem)
+
+
 def fit_link(sizes: Sequence[int], result: dict[str, Any]) -> Link:
     r"""The link of :mod:`sarlab.real.calibration.netbench`'s measurements: :math:`t = \alpha + b / B` fitted to
     the one-way ping-pong times, the gap ``g`` from the stream of small messages (``L = alpha - g``), and the
