@@ -35,7 +35,7 @@ def test_a_family_factor_prices_its_family_only_by_hand():
 def test_two_workers_price_each_family_with_its_factor(executor):
     """Two workers of the hand partition: doubling every family's factor doubles the compute on the timeline, and a
     factor on a family the model does not run (GAT's) changes nothing."""
-    st, prof = two_parts(), replace(hand_profile(latency=0.0, bandwidth=1e15, gap=0.0))
+    st, prof = two_parts(), hand_profile(latency=0.0, bandwidth=1e15, gap=0.0)
     base = run1(st, GCN1, "sar", prof, executor=executor).epoch_time_s
     doubled = run1(st, GCN1, "sar", replace(prof, family_scale={"gemm": 2.0, "spmm": 2.0}), executor=executor)
     unused = run1(st, GCN1, "sar", replace(prof, family_scale={"gat_unfused": 5.0}), executor=executor)

@@ -13,7 +13,6 @@ is fitted as
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable
 from dataclasses import replace
@@ -28,6 +27,7 @@ from sarlab.real.calibration.opbench import parallel_eff, random_shard
 from sarlab.simulator.calibration.calibration import Calibration, Findings
 from sarlab.simulator.calibration.fitting import fit_gather_rates, fit_op
 from sarlab.simulator.hardware.profile import OpCost
+from sarlab.simulator.workload.ops import active_rows
 
 SLOPE = 0.2
 
@@ -184,8 +184,7 @@ def _with_cache(cal: Calibration, found: Findings, gen: torch.Generator, cost: O
     for n in CACHE_ROWS:
         forward, backward = gat_calls(att, *gat_inputs(n, deg, heads, ch, gen))
         both = time_call(forward, cal.repeats) + time_call(backward, cal.repeats)
-        active = n * (1.0 - math.exp(-deg))
-        rows_s = active * heads * ch / cost.row_rate if cost.row_rate else 0.0
+        rows_s = active_rows(n * deg, n) * heads * ch / cost.row_rate if cost.row_rate else 0.0
         edge_s.append(both / (1.0 + cost.bwd_ratio) - cost.overhead_s - rows_s)
         work.append(float(n * deg * heads * ch))
         gathered.append(n * (heads * ch + heads) * 4.0)

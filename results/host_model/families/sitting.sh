@@ -32,12 +32,17 @@ calibrate 2core .venv/bin/sarlab calibrate
 for m in gcn sage gat; do run core0 20000 1 1 $m; run core0 20000 2 1 $m; done
 calibrate quick .venv/bin/sarlab calibrate --quick
 say "sitting $TAG runs done"
-# each record's partition manifest beside it (<stem>_manifests/<dir>.json), so that a fresh clone replays the same halos
-for f in $R/*.json; do
-  pdir=$(.venv/bin/python -c "import json,sys; r=json.load(open(sys.argv[1])); r=r[0] if isinstance(r,list) else r; \
-print(r['partition_dir'])" $f)
-  mkdir -p ${f%.json}_manifests && cp $pdir/manifest.json ${f%.json}_manifests/$(basename $pdir).json
-done
+# each record's partition manifest beside it (<stem>_manifests/<dir>.json, what `sarlab bench engine` keeps:
+# sarlab.real.bench.bench.keep_manifest), so that a fresh clone replays the same halos
+.venv/bin/python - $R/*.json <<'PY'
+import json, os, sys
+from sarlab.real.bench.bench import keep_manifest
+for path in sys.argv[1:]:
+    rec = json.load(open(path))
+    dest = path[: -len(".json")] + "_manifests"
+    os.makedirs(dest, exist_ok=True)
+    keep_manifest((rec[0] if isinstance(rec, list) else rec)["partition_dir"], dest)
+PY
 # the same profiles without their family factors: the change's A/B on the same records
 for p in 1core 2core; do
   .venv/bin/python -c "import json,sys; d=json.load(open(sys.argv[1])); d.pop('family_scale',None); \

@@ -20,32 +20,26 @@ def span(rows, key):
     return (max(vals) - min(vals)) / statistics.median(vals) if len(vals) > 1 else 0.0
 
 
+def value_rows(step, old, new, keys, fmt="{:.3g}"):
+    """One row per (key, label, scale) of ``keys``, then the step's seconds row."""
+    for key, label, scale in keys:
+        med = statistics.median(r["value"][key] for r in new) / statistics.median(r["value"][key] for r in old)
+        print(f"| {step} | {label} | {cells(old, key, scale, fmt)} | {cells(new, key, scale, fmt)} | "
+              f"{span(old, key):.0%} | {med:.2f} |")
+    print(f"| {step} | seconds | {' / '.join(str(r['seconds']) for r in old)} | "
+          f"{' / '.join(str(r['seconds']) for r in new)} | | |")
+
+
 print("| step | value | old (runs 1, 2, 3) | new (runs 1, 2, 3) | old spread | median new / old |")
 print("|---|---|---|---|---|---|")
 for name in ("gat_autograd", "gat_unfused"):
-    old, new = data[f"{name} old"], data[f"{name} new"]
-    for key, label, scale in (("rate", "rate /s", 1), ("row_rate", "row rate /s", 1),
-                              ("overhead_s", "overhead us", 1e6), ("bwd_ratio", "bwd ratio", 1),
-                              ("parallel_eff", "thread eff", 1)):
-        med = statistics.median(r["value"][key] for r in new) / statistics.median(r["value"][key] for r in old)
-        print(f"| {name} | {label} | {cells(old, key, scale)} | {cells(new, key, scale)} | {span(old, key):.0%} "
-              f"| {med:.2f} |")
-    print(f"| {name} | seconds | {cells(old, 'x') if False else ' / '.join(str(r['seconds']) for r in old)} | "
-          f"{' / '.join(str(r['seconds']) for r in new)} | | |")
-old, new = data["messages old"], data["messages new"]
-for key in ("p2p_call_s", "p2p_op_s", "p2p_wait_s", "p2p_msg_cpu_s"):
-    med = statistics.median(r["value"][key] for r in new) / statistics.median(r["value"][key] for r in old)
-    print(f"| commbench | {key} us | {cells(old, key, 1e6, '{:.1f}')} | {cells(new, key, 1e6, '{:.1f}')} | "
-          f"{span(old, key):.0%} | {med:.2f} |")
-print(f"| commbench | seconds | {' / '.join(str(r['seconds']) for r in old)} | "
-      f"{' / '.join(str(r['seconds']) for r in new)} | | |")
-old, new = data["sweep old"], data["sweep new"]
-for key, label, scale in (("mem_rate", "mem rate /s", 1), ("llc_bytes", "llc MB", 1e-6)):
-    med = statistics.median(r["value"][key] for r in new) / statistics.median(r["value"][key] for r in old)
-    print(f"| spmm cache sweep | {label} | {cells(old, key, scale)} | {cells(new, key, scale)} | {span(old, key):.0%} "
-          f"| {med:.2f} |")
-print(f"| spmm cache sweep | seconds | {' / '.join(str(r['seconds']) for r in old)} | "
-      f"{' / '.join(str(r['seconds']) for r in new)} | | |")
+    value_rows(name, data[f"{name} old"], data[f"{name} new"],
+               (("rate", "rate /s", 1), ("row_rate", "row rate /s", 1), ("overhead_s", "overhead us", 1e6),
+                ("bwd_ratio", "bwd ratio", 1), ("parallel_eff", "thread eff", 1)))
+value_rows("commbench", data["messages old"], data["messages new"],
+           [(key, f"{key} us", 1e6) for key in ("p2p_call_s", "p2p_op_s", "p2p_wait_s", "p2p_msg_cpu_s")], "{:.1f}")
+value_rows("spmm cache sweep", data["sweep old"], data["sweep new"],
+           (("mem_rate", "mem rate /s", 1), ("llc_bytes", "llc MB", 1e-6)))
 print()
 print("GAT, the old runs' timings refitted without the left-out shape (rate, row rate, overhead us, bwd ratio):")
 for name in ("gat_autograd", "gat_unfused"):
