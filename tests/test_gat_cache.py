@@ -13,6 +13,8 @@ import sarlab.real.calibration.gatbench as gatbench
 from sarlab.simulator.calibration.calibration import Calibration, Findings
 from sarlab.simulator.calibration.fitting import fit_gather_rates
 from sarlab.simulator.hardware.profile import OpCost
+from sarlab.simulator.workload.layers import layer_plans
+from sarlab.simulator.workload.model import ModelSpec
 
 RATE, MEM_RATE, LLC = 2.4e9, 6.8e8, 10e6
 
@@ -61,3 +63,14 @@ def test_the_fused_step_takes_both_rates_from_its_sweep(monkeypatch):
     quick = gatbench._with_cache(Calibration(quick=True), Findings(raw={"llc_bytes": LLC}), torch.Generator(), cost)
     assert quick is cost
     assert gatbench._with_cache(Calibration(), Findings(raw={"gat_fused": {}}), torch.Generator(), cost) is cost
+
+
+def test_a_gat_shard_is_priced_on_the_rows_its_kernels_gather():
+    """The cache model's gathered bytes of a GAT shard are the exchanged rows the attention reads (the engine's row
+    layout, ``gatbench.gat_inputs``: ``z`` and the source-score column), as the cache sweep counts them."""
+    plan = layer_plans(ModelSpec(model="gat", layers=2, hidden=128, heads=4, fused=True), 64, 16)[0]
+    _, rows, _ = gatbench.gat_inputs(100, 2, 4, 32, torch.Generator().manual_seed(0))
+    (op,) = plan.shard_fwd(200, 100, 100)
+    assert op.gather_bytes == 100 * rows.shape[1] * rows.element_size()
+    sage = layer_plans(ModelSpec(model="sage", layers=2, hidden=128), 64, 16)[0]
+    assert sage.shard_fwd(200, 100, 100)[0].gather_bytes == 100 * 64 * 4  # the input rows themselves

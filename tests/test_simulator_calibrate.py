@@ -263,6 +263,7 @@ def test_implausible_thread_efficiencies_by_hand():
     # campaign 8's (the default profile's) and the floors themselves pass
     assert implausible_thread_effs(_ops(gemm=0.60, spmm=0.60, elementwise=0.58, max_aggr=0.67), 2) == []
     assert implausible_thread_effs(_ops(gemm=0.5, spmm=0.25), 2) == []
+    assert implausible_thread_effs(_ops(gemm=0.6, gat_unfused=0.06), 2) == []  # the unfused GAT form scales little
     # 72 cores: the first 8 must give x2.75 for spmm, i.e. eta >= 1.75 / 71 over all 72
     assert implausible_thread_effs(_ops(spmm=1.75 / 71 + 1e-9), 72) == []
     assert [line.split(":")[0] for line in implausible_thread_effs(_ops(spmm=1.7 / 71), 72)] == ["spmm"]

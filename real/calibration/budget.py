@@ -21,9 +21,9 @@ from sarlab.simulator.calibration.calibration import Calibration
 #: ``network`` netbench, commbench (quick: 2 and 3 ranks once; full: 2, 4 and 8 ranks, one round of 14 repeats) and
 #: progressbench (``C``, ``2C`` and ``4C`` ranks over the same rank-rounds, so each count's length grows with its
 #: rounds' ``P / C`` share of the cores: about the same for each); ``engine`` one pass of single-worker epochs
-#: (quick: 6 tiny runs; full: 2 rss runs at 35,000 nodes, 6 live GCN and SAGE runs up to 100,000 and 2 GAT runs:
-#: 56-63 s measured on 2026-11-28, results/host_model/families and budget/trims)
-FIXED_S = {"zygote": (4.0, 4.0), "memory": (0.5, 20.0), "network": (15.0, 38.0), "engine": (7.0, 58.0)}
+#: (quick: 6 tiny runs; full: 2 rss runs at 24,000 nodes, 6 live GCN and SAGE runs up to 70,000 and 2 GAT runs:
+#: 46 s measured on 2026-11-28, 56-63 s with the sizes before, results/host_model/families and budget/trims)
+FIXED_S = {"zygote": (4.0, 4.0), "memory": (0.5, 20.0), "network": (15.0, 38.0), "engine": (7.0, 46.0)}
 #: one op family's shapes on one thread (quick, full), and one thread count of its slowest shape per round (none
 #: on one core); the GAT autograd form takes the most (~10 s of a full calibration's one-thread part, ~13 s of its
 #: thread speed-ups on two cores)

@@ -65,8 +65,10 @@ from sarlab.training.trainer import TrainConfig, Trainer
 #: benchmark or validation uses)
 ENGINE_GRAPH = "synthetic:nodes={nodes},degree=30,features=128,classes=16,seed=7"
 #: three sizes (the whole calibration's budget is 3 minutes on a quiet machine; five sizes up to 200,000 nodes took
-#: most of the 13 minutes of the 2-core VM's calibration before issue 39)
-ENGINE_SIZES = (12_500, 35_000, 100_000)
+#: most of the 13 minutes of the 2-core VM's calibration before issue 39), whose peaks (~50, 150 and 450 MB live)
+#: span one worker's in the validations of results/host_model (25-470 MB); 12,500 / 35,000 / 100,000 before
+#: 2026-11-28 (95-750 MB, ~20 s more of the 2-core VM's calibration)
+ENGINE_SIZES = (8_000, 24_000, 70_000)
 ENGINE_SIZES_QUICK = (1_500, 3_000)
 #: passes over the sizes (ascending, then descending): each size's point is the median of its 2 x passes runs. One:
 #: a second pass moved each size's point by less than the two passes differ from each other (results/host_model/
@@ -80,7 +82,7 @@ ENGINE_MODELS = ("gcn", "sage")
 #: (:attr:`sarlab.simulator.hardware.profile.Profile.family_scale`): GAT's epoch is mostly its fused attention, which
 #: GCN and SAGE never run; GCN and SAGE weigh GEMM and aggregation differently (SAGE has two products a layer)
 FAMILY_MODELS = ("gat",)
-#: hidden width of :data:`FAMILY_MODELS`' runs (GAT: 4 heads of 32; an epoch at 35,000 nodes ~0.8 s on the 2-core VM)
+#: hidden width of :data:`FAMILY_MODELS`' runs (GAT: 4 heads of 32; an epoch at 24,000 nodes ~0.6 s on the 2-core VM)
 FAMILY_HIDDEN = 128
 #: the memory method the curve is fitted under (``sarlab train``'s default), and the other one, whose ratio to it is
 #: measured at the middle size (:attr:`sarlab.simulator.hardware.profile.Profile.memory_scale`)
@@ -158,7 +160,7 @@ def bench_engine(cal: Calibration, profile: Profile) -> tuple[float, tuple[tuple
 
     GCN and GraphSAGE-mean, 3 layers, hidden 256, one worker with one thread, on graphs of :data:`ENGINE_SIZES`
     nodes (degree 30, 128 features; graphs no benchmark or validation uses; ``--quick``: two small sizes, one pass):
-    whole-graph activations of 13-102 MB, the range of one worker's shard in the validation runs. One worker keeps
+    predicted peaks of ~50-450 MB, the range of one worker's in the validation runs (25-470 MB). One worker keeps
     communication out of the fit. Each of :data:`ENGINE_PASSES` passes is one process
     (:func:`run_child`): GCN and SAGE under ``rss`` at the middle size
     first, then both under ``live`` at every size, ascending in the first pass and descending in the second, so that

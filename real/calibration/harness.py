@@ -29,26 +29,42 @@ from sarlab.simulator.calibration.calibration import Calibration, Findings
 ROOT = package_parent()  # the directory holding the sarlab package
 #: a step during which other processes used more than this share of the cores is measured again
 DISTURBED_SHARE = 0.15
+#: wall seconds of timed runs after which :func:`time_call` stops early (its runs of one call, warm-up excluded)
+REPEAT_BUDGET_S = 0.6
+#: the fewest timed runs :func:`time_call` keeps, median (one thread, CPU time) or best (wall time) alike: a best of
+#: fewer runs is biased slow (results/host_model/budget/repeats/README.md)
+LEAST_RUNS = 3
 
 
-def time_call(fn: Callable[[], Any], repeats: int, warmup: int = 1, wall: bool = False) -> float:
-    """Median time of ``fn()`` over ``repeats`` runs after ``warmup`` runs.
+def time_call(fn: Callable[[], Any], repeats: int, warmup: int = 1, wall: bool = False,
+              budget_s: float | None = None) -> float:
+    """Median time of ``fn()`` over at most ``repeats`` runs after ``warmup`` runs.
 
     With one intra-op thread (how every op family is timed) the time is the calling thread's CPU time,
     kernel time included (page faults): on a shared machine other tenants that time-slice the core stretch
     the wall clock but not the op's own cost. With more threads it is the wall time (the best of the runs,
     which other tenants can only lengthen); ``wall=True``: the best wall time however many threads (a speed-up
     over threads compares like with like: both timings stretched alike by other tenants).
+
+    The timed runs stop early once they took ``budget_s`` wall seconds (default :data:`REPEAT_BUDGET_S`) and at
+    least :data:`LEAST_RUNS` of them ran (``repeats`` where it asks fewer): a call of half a second is timed 3 times,
+    not 5, and the short calls, whose timings scatter most, keep every run.
     """
     single = torch.get_num_threads() == 1 and not wall
     clock = time.thread_time if single else time.perf_counter
+    budget = REPEAT_BUDGET_S if budget_s is None else budget_s
+    least = min(repeats, LEAST_RUNS)
     for _ in range(warmup):
         fn()
-    times = []
+    times: list[float] = []
+    spent = 0.0
     for _ in range(repeats):
-        t0 = clock()
+        start, t0 = time.perf_counter(), clock()
         fn()
         times.append(clock() - t0)
+        spent += time.perf_counter() - start
+        if len(times) >= least and spent >= budget:
+            break
     return statistics.median(times) if single else min(times)
 
 

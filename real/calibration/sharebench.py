@@ -48,17 +48,18 @@ def build_ops(quick: bool = False, threads: int = 1) -> dict[str, Callable[[], o
         warnings.simplefilter("ignore")
         mat = torch.sparse_csr_tensor(rowptr, col, torch.ones(col.numel()), size=(n, n))
     ops["spmm"] = lambda: state.addmm_(mat, x)
-    dst = torch.repeat_interleave(torch.arange(n), deg)
-
-    def max_aggr() -> object:
-        msg = x[col]
-        return torch.full_like(state, -torch.inf).scatter_reduce(0, dst.view(-1, 1).expand_as(msg), msg, "amax")
-
-    ops["max_aggr"] = max_aggr
     heads, ch = 4, 32
-    ng = n // 4
+    ng = n // 4  # the gathering families' graph: a call must fit a window (max over all n rows took longer)
     g_rowptr, g_col = random_csr(ng, ng, deg, gen)
     g_dst = torch.repeat_interleave(torch.arange(ng), deg)
+    g_x = torch.randn(ng, f)
+    g_state = torch.full((ng, f), -torch.inf)
+
+    def max_aggr() -> object:
+        msg = g_x[g_col]
+        return g_state.clone().scatter_reduce_(0, g_dst.view(-1, 1).expand_as(msg), msg, "amax")
+
+    ops["max_aggr"] = max_aggr
     z, s_src, s_dst = torch.randn(ng, heads, ch), torch.randn(ng, heads), torch.randn(ng, heads)
 
     def gat_autograd() -> object:
