@@ -3,6 +3,7 @@ for refusals), and a spawned-ranks runner with a timeout."""
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 import subprocess
 import sys
@@ -54,6 +55,23 @@ def pytest_configure(config):
         # thread per core in each, and spinning OpenMP threads then take turns with the other worker's runs)
         torch.set_num_threads(1)
 
+
+
+@pytest.fixture(autouse=True)
+def _sarlab_logging_restored():
+    """Every test leaves the ``sarlab`` logger (its handlers, level, propagation) and ``$SARLAB_VERBOSITY`` as it found
+    them: a command line run in this process (``cli.main``) configures both, and a later test of the same worker that
+    counts log lines with ``caplog`` would read that one's level (a fresh-clone ``make test`` failed so)."""
+    logger = logging.getLogger("sarlab")
+    saved = list(logger.handlers), logger.level, logger.propagate, os.environ.get("SARLAB_VERBOSITY")
+    yield
+    logger.handlers[:] = saved[0]
+    logger.setLevel(saved[1])
+    logger.propagate = saved[2]
+    if saved[3] is None:
+        os.environ.pop("SARLAB_VERBOSITY", None)
+    else:
+        os.environ["SARLAB_VERBOSITY"] = saved[3]
 
 
 @pytest.fixture(scope="session")

@@ -15,19 +15,21 @@ from sarlab.real.calibration.hostbench import colocation_threads, share_seconds
 from sarlab.simulator.calibration.calibration import Calibration
 
 #: seconds of the steps whose length does not depend on the cores (quick, full), on a quiet 2-core EPYC VM. Every
-#: process these steps start but the first-use probe's family probes is forked from the zygote (``zygote``: its one
+#: process these steps start but the first-use probe's parent is forked from the zygote (``zygote``: its one
 #: import of the engine), so the steps cost their own work: ``memory`` the allocator and, in a full calibration, the
-#: first-use probe (6 fresh interpreters at once under rss, then the transients' process and the live one forked);
+#: first-use probe (one fresh interpreter under rss whose 6 forks measure the families, ~8 s on one core or two,
+#: results/host_model/budget/first_use_fork; then the live one forked);
 #: ``network`` netbench, commbench (quick: 2 and 3 ranks once; full: 2, 4 and 8 ranks, one round of 14 repeats) and
 #: progressbench (``C``, ``2C`` and ``4C`` ranks over the same rank-rounds, so each count's length grows with its
 #: rounds' ``P / C`` share of the cores: about the same for each); ``engine`` one pass of single-worker epochs
 #: (quick: 6 tiny runs; full: 2 rss runs at 24,000 nodes, 6 live GCN and SAGE runs up to 70,000 and 2 GAT runs:
 #: 46 s measured on 2026-11-28, 56-63 s with the sizes before, results/host_model/families and budget/trims)
-FIXED_S = {"zygote": (4.0, 4.0), "memory": (0.5, 20.0), "network": (15.0, 38.0), "engine": (7.0, 46.0)}
+FIXED_S = {"zygote": (4.0, 4.0), "memory": (0.5, 9.0), "network": (15.0, 38.0), "engine": (7.0, 46.0)}
 #: one op family's shapes on one thread (quick, full), and one thread count of its slowest shape per round (none
-#: on one core); the GAT autograd form takes the most (~10 s of a full calibration's one-thread part, ~13 s of its
-#: thread speed-ups on two cores)
-OP_BASE_S, OP_PER_COUNT_S = (0.3, 4.3), (0.05, 1.1)
+#: on one core): the op families took 46 s on one core and 75 s on both in sitting s5 of results/host_model/families
+#: (timed runs stopping after 0.6 s, ``harness.REPEAT_BUDGET_S``); the GAT autograd form takes the most (~12 s of
+#: the one-thread part, ~11 s of the thread speed-ups on two cores)
+OP_BASE_S, OP_PER_COUNT_S = (0.3, 6.6), (0.05, 0.7)
 #: a load average above this share of the cores means other processes compete for them
 BUSY_SHARE = 0.5
 #: op families and the other timed steps (memory, network, engine, one share group per thread count)

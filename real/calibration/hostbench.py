@@ -1,8 +1,9 @@
 r"""Benchmarks of the host beyond single ops: the allocator, first-use memory, co-located processes, messages.
 
-Each of the last four runs other processes (:func:`sarlab.real.calibration.harness.module_command`): a fresh
-interpreter for the memory that an op family adds on first use (:mod:`sarlab.real.calibration.memprobe`, which
-measures what a process maps as it runs a family for the first time), and, forked from the zygote
+Each of the last four runs other processes (:func:`sarlab.real.calibration.harness.module_command`): for the memory
+that an op family adds on first use one fresh interpreter set up as a worker, which forks a child per family
+(:mod:`sarlab.real.calibration.memprobe`, which measures what a process maps as it runs a family for the first time),
+and, forked from the zygote
 (:func:`sarlab.real.calibration.ranks.run_group`: no torch import per process), ``C / T`` concurrent processes for
 the efficiency of co-located workers (:mod:`sarlab.real.calibration.sharebench`), two ranks of a process group on
 127.0.0.1 for the link (:mod:`sarlab.real.calibration.netbench`), and groups of 2 to 8 ranks for the software cost of
@@ -53,18 +54,21 @@ def bench_allocator(found: Findings) -> float:
     return factor
 
 
-#: the first-use probe's processes are fresh interpreters (why: :mod:`sarlab.real.calibration.memprobe`)
-FIRST_USE_FRESH = True
+#: the rss first-use probe's processes: False, one fresh interpreter set up once whose forks measure the families
+#: after re-faulting its resident file pages (within 0.25 MiB of fresh interpreters' bytes, in a third to a fifth of
+#: their time: results/host_model/budget/first_use_fork/README.md); True, a fresh interpreter per family
+FIRST_USE_FRESH = False
 
 
 def bench_first_use(found: Findings, memory: str = "rss",
                     fresh: bool = FIRST_USE_FRESH) -> tuple[dict[str, float], dict[str, float]]:
     """Bytes per op family on first use as ``memory`` counts them (``rss``: resident bytes; ``live``: tensor bytes
-    left live), and under ``rss`` the sparse products' temporaries, from the probe's processes, all at once
-    (:func:`sarlab.real.calibration.memprobe.run_probe`; under ``rss`` fresh interpreters unless ``fresh`` is off,
-    under ``live``, whose tensor bytes do not depend on how the process started, forked from the zygote);
+    left live), and under ``rss`` the sparse products' temporaries (:func:`sarlab.real.calibration.memprobe.
+    run_probe`): under ``rss`` forks of one set-up probe parent, or fresh interpreters where ``fresh`` is set; under
+    ``live``, whose tensor bytes do not depend on how the process started, one process forked from the zygote.
     ``found.raw["first_use"]`` holds ``rss``'s, ``found.raw["first_use_live"]`` ``live``'s."""
-    result = run_probe(memory, fresh=fresh and memory == "rss")  # live counts tensor bytes: forked is the same
+    start = ("fresh" if fresh else "parent") if memory == "rss" else "zygote"
+    result = run_probe(memory, start=start)
     found.raw["first_use" if memory == "rss" else f"first_use_{memory}"] = result["first_use"]
     if memory == "rss":
         found.raw["transients"] = result["transients"]

@@ -1,5 +1,5 @@
-"""Resident memory that an op family adds the first time a fresh process runs it (``python -m
-sarlab.real.calibration.memprobe``).
+"""Resident memory that an op family adds the first time a process set up as an engine worker runs it
+(``python -m sarlab.real.calibration.memprobe``).
 
 Library code pages (oneDNN, OpenMP's runtime, torch's index kernels), allocator arenas and autograd's
 first-use structures appear after the engine measures its baseline (post-setup RSS) and stay, so they show up
@@ -7,30 +7,44 @@ in every epoch's ``peak - baseline``. The probe mimics the engine's setup (one t
 threshold lowered by ``sarlab.core.memory.tune_malloc``, the kernels extension loaded, a gloo all-reduce, shards,
 a model and its optimizer), then runs one family once on a tiny input, forward and backward, the way the engine
 runs it (sum and mean: the C++ shard SpMM; max: the C++ running max), and records its RSS growth; each family
-in a fresh interpreter (``--family``), after an autograd step, so that pages families share count for each; the
-families' processes run at once (:func:`run_probe`: each one's RSS is its own).
+in a process of its own, after an autograd step, so that pages families share count for each.
 
-Fresh interpreters, not forks of the zygote as the calibration's other processes are: what this measures is resident
-growth, and that depends on how the process started. A fork's page tables begin without the file pages (torch's
-code) the zygote mapped as it imported, which fault in again as the child uses them, so a forked probe would count
-pages a fresh one counts in its baseline: forked, autograd's first use measured 9.6 MiB against 7.0 fresh and
-gat_autograd's 5.5 against 4.3 (results/host_model/budget/README.md). Under ``live`` (tensor bytes, the same either
-way: 0 for every family) the one process is forked.
+How the families' processes start (:func:`run_probe`'s ``start``). By default (``parent``) one fresh interpreter
+sets up once and forks a child per family, all at once (:func:`forked_first_use`); each child first reads one byte of
+every page of a file mapping that was resident in its parent (:func:`resident_file_pages`: ``/proc/self/pagemap``,
+bit 63; :func:`touch_pages`). Without that a fork measures too much: ``fork(2)`` copies no page-table entries of
+file mappings without anonymous pages (torch's code and read-only data), so a child starts some 100 MiB below its
+parent and re-faults those pages as a family runs (forked from the zygote, autograd measured 9.6 MiB against 7.0
+fresh, gat_autograd 5.5 against 4.3). Re-faulted, the child holds what its parent holds (to the page), which is what a
+fresh interpreter holds after the same set-up (+0.05-0.3 MiB: the page list), its families' file-page growth equals a
+fresh process's within 48 KiB, and their first-use bytes lie within 0.25 MiB of fresh runs' (autograd 0.1-0.2 MiB
+less, gat_fused up to 0.15 more: anonymous memory, the allocator's state), in a third to a fifth of the wall time (one
+torch and dynamo import instead of six; results/host_model/budget/first_use_fork/README.md). The child never uses the
+parent's gloo group: its all-reduce put gloo's code and buffers in the parent, and so in the child's baseline.
+``fresh``: a fresh interpreter per family (``--family``), for comparison.
 ``--memory live`` measures the same under the counting allocator the workers use by default
 (:func:`sarlab.core.memory.use_method`), where a run's peak counts tensor bytes: what a family adds there is the
 tensor bytes it leaves live (code pages and arenas are not tensors: 0 for every family on the 2-core EPYC VM,
-2026-11-28, against 0.7-7 MiB of resident bytes), every family in one process; without it, ``rss``.
-It also measures what the C++ shard SpMM allocates beyond its output (:func:`kernel_transients`), a check of
+2026-11-28, against 0.7-7 MiB of resident bytes), every family in one process forked from the zygote; without it,
+``rss``. It also measures what the C++ shard SpMM allocates beyond its output (:func:`kernel_transients`), a check of
 the memory model's claim that it allocates nothing else (expected 0; ``--transients``). Prints one JSON line
-``{"first_use": {...}, "transients": {...}}``.
+``{"first_use": {...}, "transients": {...}, ...}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import datetime
 import json
+import mmap
+import os
+import re
+import signal
 import socket
+import sys
+import time
+import traceback
 from functools import partial
 
 import torch
@@ -206,6 +220,120 @@ def kernel_transients() -> dict[str, float]:
     }
 
 
+#: the size of a page as /proc/PID/pagemap counts them (one 8-byte entry each)
+PAGE = mmap.PAGESIZE
+#: the top byte of a little-endian pagemap entry -> 1 where bit 63 (present in the page table) is set, else 0
+_PRESENT = bytes(1 if byte & 0x80 else 0 for byte in range(256))
+
+
+def resident_file_pages(pid: int | str = "self") -> list[tuple[int, int]]:
+    """``(address, pages)`` runs of the pages of ``pid``'s readable file-backed mappings (``/proc/PID/maps`` lines
+    with an inode) that are present in its page table (bit 63 of their ``/proc/PID/pagemap`` entries).
+
+    After ``fork(2)`` a child's page tables hold none of these where the mapping has no anonymous pages (torch's
+    code and read-only data): the addresses are the same in the child (the layout is inherited), so reading a byte of
+    each (:func:`touch_pages`) maps them again. Raises OSError where ``/proc`` cannot be read."""
+    runs: list[tuple[int, int]] = []
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/pagemap", "rb", buffering=0) as pagemap:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) < 6 or fields[4] == "0" or not fields[1].startswith("r"):
+                continue  # anonymous (heap, stacks, [vdso]), or not readable (a library's guard gap)
+            low, high = (int(v, 16) for v in fields[0].split("-"))
+            pagemap.seek(low // PAGE * 8)
+            entries = pagemap.read((high - low) // PAGE * 8)
+            present = entries[7::8].translate(_PRESENT)
+            runs.extend((low + m.start() * PAGE, m.end() - m.start()) for m in re.finditer(b"\x01+", present))
+    return runs
+
+
+def touch_pages(runs: list[tuple[int, int]]) -> int:
+    """Read one byte of every page of ``runs`` (:func:`resident_file_pages`), which maps each into this process's
+    page table (a minor fault from the page cache); the number of pages read."""
+    pages = 0
+    for address, count in runs:
+        for i in range(count):
+            ctypes.string_at(address + i * PAGE, 1)
+        pages += count
+    return pages
+
+
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL this process when ``parent`` dies (a probe parent killed at its deadline leaves no child behind)."""
+    pr_set_pdeathsig = 1  # <linux/prctl.h>
+    ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _forked_child(family: str, runs: list[tuple[int, int]], parent: int, write_fd: int) -> None:
+    """A probe parent's child for ``family``: re-fault the parent's resident file pages (``runs``), then
+    :func:`first_use`; writes ``{"first_use": ..., "baseline": ...}`` to ``write_fd`` and exits (never returns)."""
+    code = 1
+    try:
+        _die_with_parent(parent)
+        start = time.perf_counter()
+        pages = touch_pages(runs)
+        touch_s = time.perf_counter() - start
+        baseline = rss_bytes()
+        measured: dict[str, float] = {}
+        try:
+            measured[family] = first_use(family)
+        except (RuntimeError, OSError, ImportError):  # a family this build cannot run: not measured
+            pass
+        text = json.dumps({"first_use": measured, "baseline": {family: float(baseline)},
+                           "touched": {family: {"pages": pages, "seconds": round(touch_s, 4)}}})
+        os.write(write_fd, text.encode())
+        code = 0
+    except BaseException:  # noqa: BLE001 - told on stderr; the parent reports the family as not measured
+        traceback.print_exc()
+    finally:
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def forked_first_use(families: list[str], timeout_s: float = 300.0) -> dict[str, dict]:
+    """Every family's :func:`first_use` under ``rss`` in a child forked from this process after one :func:`_setup`
+    (call in a fresh interpreter: it is the baseline's origin), all children at once; each re-faults the file
+    pages resident here before its baseline (:func:`resident_file_pages`, :func:`touch_pages`), so that it starts
+    with what a fresh interpreter holds after the same set-up. A child still running after ``timeout_s`` is
+    killed and its family left out. Returns ``{"first_use": ..., "baseline": ..., "touched": ..., "parent": ...}``
+    (``baseline``: each child's RSS after the re-touch; ``parent``: this process's RSS and its resident file
+    pages as the children were forked)."""
+    _setup()
+    runs = resident_file_pages()
+    parent = {"rss": float(rss_bytes()), "file_pages": float(sum(count for _, count in runs))}
+    children: dict[int, int] = {}
+    me = os.getpid()
+    for family in families:
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_fd)
+            _forked_child(family, runs, me, write_fd)
+        os.close(write_fd)
+        children[pid] = read_fd
+    result: dict[str, dict] = {"first_use": {}, "baseline": {}, "touched": {}, "parent": parent}
+    deadline = time.monotonic() + timeout_s
+    running = set(children)
+    while running and time.monotonic() < deadline:
+        for pid in list(running):
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                running.discard(pid)
+        if running:
+            time.sleep(0.005)
+    for pid in running:  # past the deadline: killed, its family not measured
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    for pid, read_fd in children.items():
+        with os.fdopen(read_fd, "rb") as pipe:
+            text = pipe.read().decode()
+        if pid not in running and text:
+            for key, values in json.loads(text).items():
+                result[key].update(values)
+    return result
+
+
 def held_bytes() -> int:
     """What the process's memory method counts now: live tensor bytes under ``live``, resident bytes under ``rss``."""
     return kernels.alloc.live_bytes() if method() == "live" else rss_bytes()
@@ -224,51 +352,79 @@ def first_use(family: str) -> float:
     return float(max(held_bytes() - before, 0))
 
 
-def probe_commands(memory: str = "rss", transients: bool = True) -> list[list[str]]:
+#: how :func:`run_probe` starts the processes of an ``rss`` probe: ``parent``, one fresh interpreter that sets up
+#: once and forks a child per family (:func:`forked_first_use`); ``fresh``, a fresh interpreter per family;
+#: ``zygote``, forked from the calibration's zygote (no re-fault: more than a fresh process counts, see above)
+STARTS = ("parent", "fresh", "zygote")
+
+
+def probe_commands(memory: str = "rss", transients: bool = True, start: str = "fresh") -> list[list[str]]:
     """The processes one probe under ``memory`` runs, all at once (each one's RSS is its own): under ``rss`` one per
     family (``--family``: pages several families share count for each of them, as a model running one family sees
-    them) and, with ``transients``, one for the sparse kernels' temporaries (``--transients``); under ``live`` one for
-    every family (tensor bytes: no pages to share)."""
+    them) and, with ``transients``, one for the sparse kernels' temporaries (``--transients``), or with ``start``
+    ``parent`` one probe parent for all of them (``--forked``); under ``live`` one for every family (tensor bytes:
+    no pages to share)."""
     def command(*args: str) -> list[str]:
         return module_command("memprobe", *args)
 
     if memory == "live":
         return [command("--memory", "live")]
+    if start == "parent":
+        return [command("--forked", *(["--transients"] if transients else []))]
     return [*(command("--family", family, "--memory", memory) for family in PROBES),
             *([command("--transients")] if transients else [])]
 
 
-def merge(outputs: list[str]) -> dict[str, dict[str, float]]:
+def merge(outputs: list[str]) -> dict[str, dict]:
     """``{"first_use": {...}, "transients": {...}}`` from the last JSON line of each of :func:`probe_commands`'
-    outputs (a process that printed nothing measured nothing)."""
-    result: dict[str, dict[str, float]] = {"first_use": {}, "transients": {}}
+    outputs (a process that printed nothing measured nothing), with any other keys they print (``baseline``: each
+    family's RSS before it ran; a probe parent's ``touched`` and ``parent``)."""
+    result: dict[str, dict] = {"first_use": {}, "transients": {}}
     for text in outputs:
         lines = text.strip().splitlines()
         if lines:
             for key, values in json.loads(lines[-1]).items():
-                result[key].update(values)
+                result.setdefault(key, {}).update(values)
     return result
 
 
 #: the sparse kernels' temporaries are measured in a process forked from the zygote (after the fresh family probes):
 #: each is a peak beyond the resident bytes just before a call that already ran once, so the pages a fork faults in
-#: again are not in it; a fresh interpreter cost one more torch import among the probe's (2-3 s of a calibration)
+#: again are not in it; a fresh interpreter cost one more torch import among the probe's (2-3 s of a calibration).
+#: A probe parent (``start="parent"``) measures them itself once its children are done.
 TRANSIENTS_FORKED = True
 
 
-def run_probe(memory: str = "rss", fresh: bool = True, timeout_s: float = 600.0) -> dict[str, dict[str, float]]:
-    """Run :func:`probe_commands` at once and :func:`merge` their outputs; ``fresh``: each a fresh interpreter,
-    else forked from the zygote (:func:`sarlab.real.calibration.ranks.run_group`). Under ``rss`` with ``fresh`` the
-    transients' process follows, forked (:data:`TRANSIENTS_FORKED`)."""
+def run_probe(memory: str = "rss", fresh: bool = True, timeout_s: float = 600.0,
+              start: str | None = None) -> dict[str, dict]:
+    """Run :func:`probe_commands` at once and :func:`merge` their outputs. ``start`` (:data:`STARTS`; by default
+    ``fresh`` under ``rss`` with ``fresh``, else ``zygote``): ``parent``, one fresh interpreter whose forks measure
+    the families and which then measures the transients; ``fresh``, a fresh interpreter per family, the transients'
+    process following, forked (:data:`TRANSIENTS_FORKED`); ``zygote``, every process forked from the zygote
+    (:func:`sarlab.real.calibration.ranks.run_group`)."""
     from sarlab.real.calibration.ranks import run_group
 
-    apart = memory == "rss" and fresh and TRANSIENTS_FORKED
-    commands = probe_commands(memory, transients=not apart)
+    if start is None:
+        start = "fresh" if fresh and memory == "rss" else "zygote"
+    if start not in STARTS:
+        raise ValueError(f"start must be one of {', '.join(STARTS)}, not {start!r}")
+    apart = memory == "rss" and start == "fresh" and TRANSIENTS_FORKED
+    commands = probe_commands(memory, transients=not apart, start=start)
     env = module_env()
-    outputs = run_group(commands, [env] * len(commands), f"memprobe ({memory})", timeout_s, fork=not fresh)
+    outputs = run_group(commands, [env] * len(commands), f"memprobe ({memory}, {start})", timeout_s,
+                        fork=start == "zygote")
     if apart:
         outputs += run_group([module_command("memprobe", "--transients")], [env], "memprobe (transients)", timeout_s)
     return merge(outputs)
+
+
+def _measure_transients() -> dict[str, float]:
+    """:func:`kernel_transients` after :func:`_setup`, or nothing where VmHWM cannot be reset or the C++ kernels
+    are missing."""
+    try:
+        return kernel_transients()
+    except (OSError, RuntimeError):
+        return {}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -278,16 +434,30 @@ def main(argv: list[str] | None = None) -> int:
                         help="the memory method to measure under (default rss: resident bytes)")
     parser.add_argument("--transients", action="store_true",
                         help="measure the sparse kernels' temporaries in this process and exit")
+    parser.add_argument("--forked", action="store_true",
+                        help="rss: set up once, measure every family in a child forked from this process (its "
+                             "resident file pages re-faulted first), then the transients with --transients")
+    parser.add_argument("--timeout", type=float, default=300.0,
+                        help="--forked: seconds before the children still running are killed (default 300)")
     args = parser.parse_args(argv)
+    if args.forked:
+        use_method("rss")  # as --family does: its malloc settings before anything else
+        result = forked_first_use(list(PROBES), args.timeout)
+        if args.transients:
+            result["transients"] = _measure_transients()
+        print(json.dumps(result), flush=True)
+        return 0
     if args.family:
         measured: dict[str, float] = {}
+        baseline: dict[str, float] = {}
         if use_method(args.memory) == args.memory:  # not live without the C++ kernels: nothing to measure under it
             _setup()
+            baseline[args.family] = float(rss_bytes())
             try:
                 measured[args.family] = first_use(args.family)
             except (RuntimeError, OSError, ImportError):  # a family this build cannot run: not measured
                 pass
-        print(json.dumps({"first_use": measured}), flush=True)
+        print(json.dumps({"first_use": measured, "baseline": baseline}), flush=True)
         return 0
     if args.transients:  # the sparse kernels' temporaries are resident bytes (VmHWM)
         transients: dict[str, float] = {}
