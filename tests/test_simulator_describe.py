@@ -90,3 +90,11 @@ def test_busy_machine_is_said_early_with_its_load():
     assert len(quiet) == 1 and "expected" in quiet[0]
     busy = busy_warning(cal, 2, load=15.0)
     assert len(busy) == 2 and "BUSY MACHINE: load average 15.0 on 2 core(s)" in busy[1] and "up to" in busy[1]
+    busy_now = busy_warning(cal, 2, load=15.0, now=0.9)
+    assert "BUSY MACHINE" in busy_now[1] and "using 90% of them now" in busy_now[1]
+
+
+def test_a_load_that_has_just_ended_is_said_without_the_busy_warning():
+    """The load average trails by a minute: high load but idle cores now is a job that has just ended."""
+    lines = busy_warning(Calibration(), 2, load=2.6, now=0.02)
+    assert len(lines) == 2 and "BUSY MACHINE" not in lines[1] and "just ended" in lines[1] and "2.6" in lines[1]

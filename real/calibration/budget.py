@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 
+from sarlab.real.calibration.harness import others_share
 from sarlab.real.calibration.hostbench import colocation_threads, share_seconds
 from sarlab.simulator.calibration.calibration import Calibration
 
@@ -32,6 +33,8 @@ FIXED_S = {"zygote": (4.0, 4.0), "memory": (0.5, 9.0), "network": (15.0, 38.0), 
 OP_BASE_S, OP_PER_COUNT_S = (0.3, 6.6), (0.05, 0.7)
 #: a load average above this share of the cores means other processes compete for them
 BUSY_SHARE = 0.5
+#: seconds over which a calibration samples the share of the cores other processes use when it starts
+NOW_SAMPLE_S = 1.0
 #: op families and the other timed steps (memory, network, engine, one share group per thread count)
 OP_FAMILIES = 7
 #: how much more than ``expected x load / cores`` a busy machine took: ``--quick`` ran 10.5 min pinned to one core
@@ -71,13 +74,19 @@ def expected_seconds(cal: Calibration, cores: int) -> float:
             + sum(step_seconds(cal, s, cores) for s in ("zygote", "memory", "network", "engine", "share")))
 
 
-def busy_warning(cal: Calibration, cores: int, load: float | None = None) -> list[str]:
+def busy_warning(cal: Calibration, cores: int, load: float | None = None, now: float | None = None) -> list[str]:
     """Lines for the log at the start of a calibration: its expected length, and, where the 1-minute load average
     (``os.getloadavg``, or ``load``) exceeds :data:`BUSY_SHARE` of the cores, that the machine is busy, with the
-    load and the longest the retries and waits for a quiet spell may take."""
+    load and the longest the retries and waits for a quiet spell may take.
+
+    The load average trails by a minute: right after a job ends it still reads high. So before warning, the share of
+    the cores other processes use now is sampled over :data:`NOW_SAMPLE_S` (``now``:
+    :func:`sarlab.real.calibration.harness.others_share`; sampled when neither ``load`` nor ``now`` is given); at or
+    below :data:`BUSY_SHARE` the log says the load has just ended instead of warning."""
     expected = expected_seconds(cal, cores)
     lines = [f"[calibrate] {'quick' if cal.quick else 'full'} calibration on {cores} core(s): expected "
              f"~{expected / 60:.1f} min on a quiet machine"]
+    sample = load is None and now is None
     if load is None:
         try:
             load = os.getloadavg()[0]
@@ -85,13 +94,21 @@ def busy_warning(cal: Calibration, cores: int, load: float | None = None) -> lis
             return lines
     if load <= BUSY_SHARE * cores:
         return lines
+    if sample:
+        now = others_share(NOW_SAMPLE_S)
+    if now is not None and now <= BUSY_SHARE:
+        lines.append(f"[calibrate] load average {load:.1f} on {cores} core(s), but other processes use {now:.0%} "
+                     "of them now: a job that has just ended (the load average trails by a minute)")
+        return lines
     steps = OP_FAMILIES + 4
     tries = max(cal.quiet_tries, 1)
     waits = 0.0 if cal.quick else steps * (tries - 1) * cal.quiet_wait_s  # a retry waits for a quiet spell first
     likely = tries * expected * max(1.0, load / cores)
     worst = BUSY_FACTOR * likely + waits
     lines.append(
-        f"[calibrate] BUSY MACHINE: load average {load:.1f} on {cores} core(s): other processes compete for the "
+        f"[calibrate] BUSY MACHINE: load average {load:.1f} on {cores} core(s)"
+        + (f", other processes using {now:.0%} of them now" if now is not None else "")
+        + ": other processes compete for the "
         f"cores, so timings are slower and noisier. Each disturbed step is measured up to {tries} time(s)"
         + (f", each retry after waiting up to {cal.quiet_wait_s:.0f} s for a quiet spell" if waits else "")
         + f": this may take ~{likely / 60:.0f} to ~{worst / 60:.0f} min instead of ~{expected / 60:.1f}, and the "

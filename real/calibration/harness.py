@@ -87,20 +87,27 @@ def busy_and_own() -> tuple[float, float] | None:
     return busy, t.user + t.system + t.children_user + t.children_system
 
 
+def others_share(seconds: float) -> float | None:
+    """The share of the usable cores that processes other than this one (and its waited-for children) used over the
+    next ``seconds``; None where /proc/stat is missing."""
+    a = busy_and_own()
+    if a is None:
+        return None
+    time.sleep(seconds)
+    b = busy_and_own()
+    assert b is not None
+    return max((b[0] - a[0]) - (b[1] - a[1]), 0.0) / (seconds * max(usable_cores(), 1))
+
+
 def wait_idle(max_s: float, share: float = 0.1, quiet_for_s: float = 6.0) -> bool:
     """Wait (up to ``max_s``) until other processes have used at most ``share`` of the cores for
     ``quiet_for_s`` seconds in a row. True when that happened."""
-    cores = max(usable_cores(), 1)
     deadline = time.monotonic() + max_s
     calm = 0.0
     while time.monotonic() < deadline:
-        a = busy_and_own()
-        if a is None:
+        others = others_share(2.0)
+        if others is None:
             return True
-        time.sleep(2.0)
-        b = busy_and_own()
-        assert b is not None
-        others = max((b[0] - a[0]) - (b[1] - a[1]), 0.0) / (2.0 * cores)
         calm = calm + 2.0 if others <= share else 0.0
         if calm >= quiet_for_s:
             return True
