@@ -2,6 +2,7 @@
 for refusals), and a spawned-ranks runner with a timeout."""
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import os
@@ -57,21 +58,31 @@ def pytest_configure(config):
 
 
 
-@pytest.fixture(autouse=True)
-def _sarlab_logging_restored():
-    """Every test leaves the ``sarlab`` logger (its handlers, level, propagation) and ``$SARLAB_VERBOSITY`` as it found
-    them: a command line run in this process (``cli.main``) configures both, and a later test of the same worker that
-    counts log lines with ``caplog`` would read that one's level (a fresh-clone ``make test`` failed so)."""
+@contextlib.contextmanager
+def sarlab_logging_kept():
+    """Restore the ``sarlab`` logger (its handlers, level, propagation) and ``$SARLAB_VERBOSITY`` on exit: a command
+    line run in this process (``cli.main``) configures both."""
     logger = logging.getLogger("sarlab")
     saved = list(logger.handlers), logger.level, logger.propagate, os.environ.get("SARLAB_VERBOSITY")
-    yield
-    logger.handlers[:] = saved[0]
-    logger.setLevel(saved[1])
-    logger.propagate = saved[2]
-    if saved[3] is None:
-        os.environ.pop("SARLAB_VERBOSITY", None)
-    else:
-        os.environ["SARLAB_VERBOSITY"] = saved[3]
+    try:
+        yield
+    finally:
+        logger.handlers[:] = saved[0]
+        logger.setLevel(saved[1])
+        logger.propagate = saved[2]
+        if saved[3] is None:
+            os.environ.pop("SARLAB_VERBOSITY", None)
+        else:
+            os.environ["SARLAB_VERBOSITY"] = saved[3]
+
+
+@pytest.fixture(autouse=True)
+def _sarlab_logging_restored():
+    """Every test leaves the ``sarlab`` logger and ``$SARLAB_VERBOSITY`` as it found them
+    (:func:`sarlab_logging_kept`): a later test of the same worker that counts log lines with ``caplog`` would read
+    the level a test's in-process command line left (a fresh-clone ``make test`` failed so)."""
+    with sarlab_logging_kept():
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -107,16 +118,12 @@ def cli_here(args: list[str], env: dict | None = None, cwd: str = ROOT) -> subpr
     for the whole session; a changed environment starts another).
     The output is captured at the file descriptors, so the workers' lines (rank 0's epochs) are in it as in a
     subprocess's. For what needs no process of its own: a test of signals, exit by a signal, a killed launcher or
-    an environment read at import uses :func:`run_cli`. The ``sarlab`` logger (which the command line configures),
-    the working directory and the environment are restored afterwards."""
-    import contextlib
-    import logging
+    an environment read at import uses :func:`run_cli`. The ``sarlab`` logger (which the command line configures,
+    :func:`sarlab_logging_kept`), the working directory and the environment are restored afterwards."""
     import tempfile
 
     from sarlab.real.commands.cli import main
 
-    logger = logging.getLogger("sarlab")
-    saved_log = (list(logger.handlers), logger.level, logger.propagate)
     saved_env = {k: os.environ.get(k) for k in (env or {})}
     saved_cwd = os.getcwd()
     os.environ.update(env or {})
@@ -129,7 +136,7 @@ def cli_here(args: list[str], env: dict | None = None, cwd: str = ROOT) -> subpr
         stdout, stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)  # noqa: SIM115
         try:
             os.chdir(cwd)
-            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), sarlab_logging_kept():
                 try:
                     code = main(list(args))
                 except SystemExit as done:  # argparse
@@ -147,9 +154,6 @@ def cli_here(args: list[str], env: dict | None = None, cwd: str = ROOT) -> subpr
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = value
-            logger.handlers[:] = saved_log[0]
-            logger.setLevel(saved_log[1])
-            logger.propagate = saved_log[2]
         out.seek(0)
         err.seek(0)
         text_out, text_err = out.read().decode(errors="replace"), err.read().decode(errors="replace")

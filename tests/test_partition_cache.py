@@ -35,8 +35,6 @@ def test_second_call_reuses_the_cached_partition(cache, monkeypatch, caplog):
         arrays = load_part(first, part).arrays
         np.testing.assert_array_equal(arrays["features"], graph.features[arrays["orig_ids"]])
     monkeypatch.setattr(prepare, "load_source", _no_loading)
-    caplog.clear()  # only the second call's messages (the first call's are captured too where an earlier test of the
-    # same process left the sarlab logger at INFO)
     with caplog.at_level(logging.INFO, logger="sarlab"):
         again, _ = prepare.prepare_partition(SPEC, 2, "random", 0, None)
     assert again == first

@@ -395,17 +395,16 @@ def merge(outputs: list[str]) -> dict[str, dict]:
 TRANSIENTS_FORKED = True
 
 
-def run_probe(memory: str = "rss", fresh: bool = True, timeout_s: float = 600.0,
-              start: str | None = None) -> dict[str, dict]:
+def run_probe(memory: str = "rss", timeout_s: float = 600.0, start: str | None = None) -> dict[str, dict]:
     """Run :func:`probe_commands` at once and :func:`merge` their outputs. ``start`` (:data:`STARTS`; by default
-    ``fresh`` under ``rss`` with ``fresh``, else ``zygote``): ``parent``, one fresh interpreter whose forks measure
+    ``fresh`` under ``rss``, ``zygote`` under ``live``): ``parent``, one fresh interpreter whose forks measure
     the families and which then measures the transients; ``fresh``, a fresh interpreter per family, the transients'
     process following, forked (:data:`TRANSIENTS_FORKED`); ``zygote``, every process forked from the zygote
     (:func:`sarlab.real.calibration.ranks.run_group`)."""
     from sarlab.real.calibration.ranks import run_group
 
     if start is None:
-        start = "fresh" if fresh and memory == "rss" else "zygote"
+        start = "fresh" if memory == "rss" else "zygote"
     if start not in STARTS:
         raise ValueError(f"start must be one of {', '.join(STARTS)}, not {start!r}")
     apart = memory == "rss" and start == "fresh" and TRANSIENTS_FORKED

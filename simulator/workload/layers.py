@@ -185,7 +185,7 @@ class LayerPlan(LayerBackward):
         if self.kind == "rgcn":
             return rgcn_layer.shard_fwd(self.relation_split(edges, n, num_src), *self.rgcn_args())
         b = self.bytes_per_element
-        gathered = num_src * self.gather_width * b
+        gathered = num_src * self.width * b  # whole exchanged rows (GAT: z and the score column, as gatbench's sweep)
         rows = active_rows(edges, n) if self.family in ACTIVE_ROW_FAMILIES else n
         return [Op(self.family, edges * self.agg_width_in, rows=rows * self.agg_width, gather_bytes=gathered)]
 
@@ -217,14 +217,6 @@ class LayerPlan(LayerBackward):
     def agg_width_in(self) -> int:
         """Features gathered per edge (the exchanged rows without GAT's score column; R-GCN: ``f_i``)."""
         return self.heads * self.channels if self.kind == "gat" else self.width
-
-    @property
-    def gather_width(self) -> int:
-        """Elements of one source row that a shard's edges gather at random (the cache model,
-        :attr:`~sarlab.simulator.workload.ops.Op.gather_bytes`): :attr:`agg_width_in`, and for GAT the score
-        column the exchanged rows carry beside ``z`` (``H C + H``, as the fused kernels' cache sweep counts them,
-        :mod:`sarlab.real.calibration.gatbench`)."""
-        return self.agg_width_in + (self.heads if self.kind == "gat" else 0)
 
     def finalize(self, n: Number) -> list[Op]:
         """Turning the state into the output: mean division, max clean-up, softmax normalisation."""

@@ -52,6 +52,6 @@ for i in range(3):
     timed(f"sweep 1M spmm call {i}", lambda s=shard, x=x, a=acc: s.spmm(x, out=a))
 del shard, x, x2, acc
 timed("first use rss (fresh)", lambda: run_probe("rss"))
-timed("first use live (forked)", lambda: run_probe("live", fresh=False))
+timed("first use live (forked)", lambda: run_probe("live", start="zygote"))
 timed("sharebench build_ops", lambda: build_ops())
 json.dump(out, open(sys.argv[1], "w"))
