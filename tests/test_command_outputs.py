@@ -236,3 +236,22 @@ def test_python_entry_points_raise_the_cli_message(tmp_path, capsys):
     with pytest.raises(outputs.OutputError, match=r"--out '.*' is a directory; give a file path"):
         outputs.check_file(str(tmp_path), "--out")
     assert user.read_bytes() == USER
+
+
+def test_a_closed_pipe_ends_the_script_quietly():
+    """``sarlab simulate --help | true``: the reader is gone before the help is written; the script exits 141 (as a
+    shell's tools do on SIGPIPE) with nothing on stderr, not a BrokenPipeError traceback."""
+    import subprocess
+    import sys
+
+    code = "import sys; from sarlab.real.commands.cli import main; sys.exit(main())"
+    proc = subprocess.Popen([sys.executable, "-c", code, "simulate", "--help"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()  # no reader: the first write fails with EPIPE
+    try:
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    assert proc.returncode == 141, err.decode()
+    assert b"Traceback" not in err and b"BrokenPipe" not in err, err.decode()

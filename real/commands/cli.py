@@ -76,8 +76,20 @@ def bench_main(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    script = argv is None  # the ``sarlab`` script (not a caller in its own process: tests, a notebook)
-    verbosity, argv = split_verbosity(list(sys.argv[1:] if argv is None else argv))
+    """``sarlab COMMAND ...``: from the ``sarlab`` script (``argv`` None), or in-process with ``argv``. The script
+    whose reader has gone (``sarlab simulate --help | head``) stops quietly with 141, as a shell's tools do on
+    SIGPIPE, instead of a traceback."""
+    if argv is not None:
+        return _main(argv, script=False)
+    try:
+        return _main(sys.argv[1:], script=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # interpreter exit flushes nothing more
+        return 141
+
+
+def _main(argv: list[str], script: bool) -> int:
+    verbosity, argv = split_verbosity(list(argv))
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
         return 0 if argv else 2
