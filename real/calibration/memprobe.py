@@ -417,10 +417,12 @@ def run_probe(memory: str = "rss", timeout_s: float = 600.0, start: str | None =
     return merge(outputs)
 
 
-def _measure_transients() -> dict[str, float]:
-    """:func:`kernel_transients` after :func:`_setup`, or nothing where VmHWM cannot be reset or the C++ kernels
-    are missing."""
+def _measure_transients(setup: bool = False) -> dict[str, float]:
+    """:func:`kernel_transients` (after :func:`_setup` with ``setup``: a process that has not set up yet), or
+    nothing where VmHWM cannot be reset or the C++ kernels are missing."""
     try:
+        if setup:
+            _setup()
         return kernel_transients()
     except (OSError, RuntimeError):
         return {}
@@ -459,13 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"first_use": measured, "baseline": baseline}), flush=True)
         return 0
     if args.transients:  # the sparse kernels' temporaries are resident bytes (VmHWM)
-        transients: dict[str, float] = {}
-        try:
-            _setup()
-            transients = kernel_transients()
-        except (OSError, RuntimeError):  # VmHWM cannot be reset here, or no C++ kernels: not measured
-            pass
-        print(json.dumps({"transients": transients}), flush=True)
+        print(json.dumps({"transients": _measure_transients(setup=True)}), flush=True)
         return 0
     if args.memory == "live":  # tensor bytes: no code pages shared between families, so one process runs them all
         live = use_method("live") == "live"  # not without the C++ kernels: nothing measured then
