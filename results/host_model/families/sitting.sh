@@ -2,14 +2,17 @@
 # One sitting of issue 39's validation with per-family compute factors (README.md): a full calibration on core 0,
 # a grid of runs on both cores at two graph sizes, the full calibration on both cores, a grid confined to core 0
 # (the reverse direction), `--quick`; then every validation. Usage: bash sitting.sh TAG (outputs get TAG's suffix).
+# PASSES=2 runs each grid twice (the second pass in reverse order, records *_r2.json), so that repeats.py can set
+# the errors beside the runs' own repeatability; EPOCHS (default 4) is each run's epochs (the first is warm-up).
 set -u
 TAG=${1:?usage: sitting.sh TAG}
+PASSES=${PASSES:-1}; EPOCHS=${EPOCHS:-4}
 cd "$(dirname "$0")/../../.."
 D=results/host_model/families; R=$D/records_$TAG; mkdir -p $R
 LOG=$D/runs_$TAG.log
 ld() { cut -d' ' -f1-3 /proc/loadavg; }
 say() { echo "$(date -u +%T) $* load=$(ld)" >> $LOG; }
-say "sitting $TAG start HEAD=$(git rev-parse --short HEAD) $(git status --short | wc -l) changed files"
+say "sitting $TAG (passes $PASSES, epochs $EPOCHS) start HEAD=$(git rev-parse --short HEAD) $(git status --short | wc -l) changed files"
 calibrate() { # tag, then the command's prefix and flags
   local tag=$1; shift
   say "calibrate_$tag start"
@@ -17,19 +20,29 @@ calibrate() { # tag, then the command's prefix and flags
      > $D/calibrate_${tag}_$TAG.log 2>&1
   say "calibrate_$tag rc=$? $(tail -1 $D/calibrate_${tag}_$TAG.log)"
 }
-run() { # where (both|core0) nodes P T model
-  local where=$1 n=$2 P=$3 T=$4 m=$5 pin=""
+run() { # where (both|core0) nodes P T model [record suffix]
+  local where=$1 n=$2 P=$3 T=$4 m=$5 sfx=${6:-} pin=""
   [ "$where" = core0 ] && pin="taskset -c 0"
-  local f=$R/${where}_${m}_n${n}_P${P}_T${T}.json t0=$(date +%s)
+  local f=$R/${where}_${m}_n${n}_P${P}_T${T}${sfx}.json t0=$(date +%s)
   timeout 400 $pin .venv/bin/sarlab train -q --graph synthetic:nodes=$n,degree=20,features=64,classes=16,seed=0 \
-     --workers $P --threads $T --model $m --layers 3 --hidden 128 --mode sar --epochs 4 --timeout 300 \
+     --workers $P --threads $T --model $m --layers 3 --hidden 128 --mode sar --epochs $EPOCHS --timeout 300 \
      --memory live --json $f > /dev/null 2>&1
-  say "run $where $m n=$n P=$P T=$T rc=$? $(( $(date +%s)-t0 ))s"
+  say "run $where $m n=$n P=$P T=$T$sfx rc=$? $(( $(date +%s)-t0 ))s"
+}
+grid() { # where sizes models workers-threads pairs...; pass 2 (PASSES=2) runs the same list backwards, suffix _r2
+  local where=$1 sizes=$2 models=$3; shift 3
+  local list=() n m pt
+  for n in $sizes; do for m in $models; do for pt in "$@"; do list+=("$n ${pt%x*} ${pt#*x} $m"); done; done; done
+  for item in "${list[@]}"; do run $where $item; done
+  if [ "$PASSES" = 2 ]; then
+    local i
+    for (( i=${#list[@]}-1; i>=0; i-- )); do run $where ${list[$i]} _r2; done
+  fi
 }
 calibrate 1core taskset -c 0 .venv/bin/sarlab calibrate
-for n in 20000 60000; do for m in gcn sage gat; do run both $n 1 2 $m; run both $n 2 1 $m; run both $n 4 1 $m; done; done
+grid both "20000 60000" "gcn sage gat" 1x2 2x1 4x1
 calibrate 2core .venv/bin/sarlab calibrate
-for m in gcn sage gat; do run core0 20000 1 1 $m; run core0 20000 2 1 $m; done
+grid core0 20000 "gcn sage gat" 1x1 2x1
 calibrate quick .venv/bin/sarlab calibrate --quick
 say "sitting $TAG runs done"
 # each record's partition manifest beside it (<stem>_manifests/<dir>.json, what `sarlab bench engine` keeps:
