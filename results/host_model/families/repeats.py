@@ -15,7 +15,8 @@ HERE = Path(__file__).parent
 
 def summary(errors: list[float]) -> str:
     a = [abs(e) for e in errors]
-    return f"median {100 * statistics.median(a):5.1f} %, worst {100 * max(a):5.1f} %, over 30 %: {sum(x > 0.3 for x in a)}"
+    over = sum(x > 0.3 for x in a)
+    return f"median {100 * statistics.median(a):5.1f} %, worst {100 * max(a):5.1f} %, over 30 %: {over}"
 
 
 def main(tag: str) -> None:
