@@ -4,6 +4,10 @@ calibration, the first-use memory probe and the speed probe of `sarlab bench eng
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+import threading
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -18,7 +22,16 @@ from sarlab.real.bench.bench import _Prober
 from sarlab.real.calibration.gatbench import UNFUSED_LEFT_OUT, form_shapes, gat_inputs, gat_shapes
 from sarlab.real.calibration.hostbench import bench_first_use, bench_share, launch_commbench
 from sarlab.real.calibration.progressbench import rounds_for
-from sarlab.real.calibration.sharebench import window_order
+from sarlab.real.calibration.sharebench import (
+    GAP_S,
+    MIN_WINDOW_S,
+    SETTLE_S,
+    START_DELAY_S,
+    WINDOW_CALLS,
+    agree_schedule,
+    schedule,
+    window_order,
+)
 from sarlab.real.commands.calibrate_cmd import calibrate_main
 from sarlab.real.commands.simulate_cmd import simulate_main
 from sarlab.simulator.calibration.calibration import Calibration, Findings
@@ -143,6 +156,46 @@ def test_share_windows_alternate_and_the_group_reports_every_pair():
         per_pair = [2 * sh / so - 1 for so, sh in zip(windows["solo"], windows["shared"], strict=True)]
         assert raw["eta_per_pair"][name] == pytest.approx(per_pair)
         assert etas[name] == pytest.approx(float(np.clip(np.median(per_pair), 0.0, 1.0)))
+
+
+def test_share_windows_follow_each_familys_call_time():
+    """A family's window holds WINDOW_CALLS of its calls after the lead's settle, within [MIN_WINDOW_S, the longest];
+    a family's 2 x pairs windows are adjacent, GAP_S lies between families."""
+    fast, mid, slow = 0.001, 0.02, 1.0
+    plan = schedule({"fast": fast, "mid": mid, "slow": slow}, 100.0, 0.4, 3)
+    assert list(plan) == ["fast", "mid", "slow"]
+    assert plan["fast"] == pytest.approx([100.0, MIN_WINDOW_S])
+    mid_window = SETTLE_S + WINDOW_CALLS * mid
+    assert MIN_WINDOW_S < mid_window < 0.4
+    assert plan["mid"] == pytest.approx([100.0 + 6 * MIN_WINDOW_S + GAP_S, mid_window])
+    assert plan["slow"] == pytest.approx([plan["mid"][0] + 6 * mid_window + GAP_S, 0.4])
+
+
+def test_share_group_agrees_one_schedule(tmp_path):
+    """The lead fixes the schedule once the others are ready, from its own call times, START_DELAY_S ahead; a
+    partner reads the same one (here a thread stands in for the partner process)."""
+    calls = {"gemm": 0.01, "spmm": 0.05}
+    seen = {}
+    partner = threading.Thread(target=lambda: seen.update(
+        agree_schedule(tmp_path, False, 2, {"gemm": 9.0, "spmm": 9.0}, 0.4, 2)))
+    partner.start()
+    before = time.time()
+    plan = agree_schedule(tmp_path, True, 2, calls, 0.4, 2)
+    partner.join(timeout=30)
+    assert not partner.is_alive() and seen == plan
+    assert plan == schedule(calls, plan["gemm"][0], 0.4, 2)  # the lead's call times, not the partner's
+    assert before + START_DELAY_S <= plan["gemm"][0] <= time.time() + START_DELAY_S
+
+
+def test_forked_ranks_import_nothing_the_zygote_lacks():
+    """The rank benchmarks' modules (what a rank forked from the zygote imports) leave the simulator, pandas and
+    scipy out: importing them cost each rank 0.6-0.9 s, most of a commbench or progressbench group's length on
+    2 cores (results/host_model/budget/cuts2)."""
+    code = ("import sys; import sarlab.real.calibration.commbench, sarlab.real.calibration.progressbench, "
+            "sarlab.real.calibration.sharebench, sarlab.core.comm; "
+            "print(sorted(m for m in ('sarlab.simulator', 'pandas', 'scipy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_budget_trims_keep_what_they_measure():

@@ -12,6 +12,7 @@ import sarlab.real.calibration.calibrate as calibrate_module
 import sarlab.real.calibration.engine_runs as engine_runs
 import sarlab.real.calibration.gatbench as gatbench
 import sarlab.real.calibration.opbench as opbench
+import sarlab.real.calibration.ranks as ranks
 from sarlab import kernels
 from sarlab.core.shards import Shard
 from sarlab.nn.gat import AttentionAggregation
@@ -82,9 +83,9 @@ def test_spmm_benchmark_runs_the_engine_product():
     """The timed forward of a tiny shard adds A x into the state: compared with a dense adjacency built from the
     random CSR's rows (each destination's ``degree`` sources)."""
     gen = torch.Generator().manual_seed(3)
-    shard = opbench.random_shard(30, 4, gen)
+    shard = ranks.random_shard(30, 4, gen)
     dense = torch.zeros(30, 30, dtype=torch.float64)
-    rowptr, col = opbench.random_csr(30, 30, 4, torch.Generator().manual_seed(3))
+    rowptr, col = ranks.random_csr(30, 30, 4, torch.Generator().manual_seed(3))
     for i in range(30):
         for k in range(int(rowptr[i]), int(rowptr[i + 1])):
             dense[i, int(col[k])] += 1

@@ -22,10 +22,12 @@ from sarlab.simulator.calibration.calibration import Calibration
 #: results/host_model/budget/first_use_fork; then the live one forked);
 #: ``network`` netbench, commbench (quick: 2 and 3 ranks once; full: 2, 4 and 8 ranks, one round of 14 repeats) and
 #: progressbench (``C``, ``2C`` and ``4C`` ranks over the same rank-rounds, so each count's length grows with its
-#: rounds' ``P / C`` share of the cores: about the same for each); ``engine`` one pass of single-worker epochs
+#: rounds' ``P / C`` share of the cores: about the same for each), whose ranks import nothing the zygote has not
+#: (3-4 and 20-25 s measured on 2026-11-28, against 14 and 33 s when each imported the simulator, results/host_model/
+#: budget/cuts2); ``engine`` one pass of single-worker epochs
 #: (quick: 6 tiny runs; full: 2 rss runs at 24,000 nodes, 6 live GCN and SAGE runs up to 70,000 and 2 GAT runs:
 #: 46 s measured on 2026-11-28, 56-63 s with the sizes before, results/host_model/families and budget/trims)
-FIXED_S = {"zygote": (4.0, 4.0), "memory": (0.5, 9.0), "network": (15.0, 38.0), "engine": (7.0, 46.0)}
+FIXED_S = {"zygote": (4.0, 4.0), "memory": (0.5, 9.0), "network": (4.0, 21.0), "engine": (7.0, 46.0)}
 #: one op family's shapes on one thread (quick, full), and one thread count of its slowest shape per round (none
 #: on one core): the op families took 46 s on one core and 75 s on both in sitting s5 of results/host_model/families
 #: (timed runs stopping after 0.6 s, ``harness.REPEAT_BUDGET_S``); the GAT autograd form takes the most (~12 s of

@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 from sarlab.core.memory import tune_malloc
-from sarlab.real.calibration.harness import BENCH_BACKENDS, join_group
+from sarlab.real.calibration.ranks import BENCH_BACKENDS, join_group
 
 
 def _timed_exchange(ops: list[dist.P2POp]) -> tuple[float, float]:

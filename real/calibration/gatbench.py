@@ -23,7 +23,8 @@ from sarlab import kernels
 from sarlab.core.shards import Shard
 from sarlab.nn.gat import AttentionAggregation
 from sarlab.real.calibration.harness import time_call
-from sarlab.real.calibration.opbench import parallel_eff, random_shard
+from sarlab.real.calibration.opbench import parallel_eff
+from sarlab.real.calibration.ranks import random_shard
 from sarlab.simulator.calibration.calibration import Calibration, Findings
 from sarlab.simulator.calibration.fitting import fit_gather_rates, fit_op
 from sarlab.simulator.hardware.profile import OpCost

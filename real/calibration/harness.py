@@ -9,21 +9,22 @@ fresh interpreter or several processes run ``python -m sarlab.simulator.calibrat
 
 from __future__ import annotations
 
-import datetime
 import os
 import socket
 import statistics
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from sarlab.common.machine import usable_cores
 from sarlab.common.paths import package_parent
-from sarlab.simulator.calibration.calibration import Calibration, Findings
+
+if TYPE_CHECKING:  # annotations only: a forked rank that imports this module does not load the simulator
+    from sarlab.simulator.calibration.calibration import Calibration, Findings
 
 #: the directory that holds the ``sarlab`` package (a checkout, or site-packages)
 ROOT = package_parent()  # the directory holding the sarlab package
@@ -164,24 +165,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-#: the torch.distributed backends the message benchmarks run over (``sarlab.core.comm.BACKENDS`` measured here)
-BENCH_BACKENDS = ("gloo", "ccl")
-
-
-def join_group(backend: str, port: int, rank: int, world: int, timeout_s: float = 120.0) -> None:
-    """Join a ``world``-rank process group of ``backend`` on ``127.0.0.1:port`` as the engine's workers do
-    (``ccl``: :func:`sarlab.core.comm.prepare_backend` loads and registers oneCCL first)."""
-    import torch.distributed as dist
-
-    from sarlab.core.comm import prepare_backend
-
-    if backend not in BENCH_BACKENDS:
-        raise ValueError(f"backend {backend!r} is not benchmarked here: choose one of {', '.join(BENCH_BACKENDS)}")
-    prepare_backend(backend)
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=timeout_s))
 
 
 def jsonable(obj: Any) -> Any:

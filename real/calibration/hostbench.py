@@ -16,17 +16,16 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import time
+import tempfile
 
 import numpy as np
 import torch
 
-from sarlab.common.machine import usable_cores
 from sarlab.core.memory import rss_bytes
 from sarlab.real.calibration.harness import free_port, module_command, module_env
 from sarlab.real.calibration.memprobe import run_probe
 from sarlab.real.calibration.ranks import run_group
-from sarlab.real.calibration.sharebench import GAP_S
+from sarlab.real.calibration.sharebench import GAP_S, SETTLE_S, SYNC_TIMEOUT_S
 from sarlab.simulator.calibration.calibration import Calibration, Findings
 from sarlab.simulator.calibration.fitting import fit_link, fit_message_costs, pair_share_etas
 from sarlab.simulator.hardware.profile import Link
@@ -78,26 +77,18 @@ def bench_first_use(found: Findings, memory: str = "rss",
     )
 
 
-#: seconds of one sharebench window and window pairs per family in a full calibration (quick: 0.3 s, 2 pairs)
+#: the longest sharebench window (seconds; a family's holds ``sharebench.WINDOW_CALLS`` of its calls, the slowest
+#: families this long) in a full calibration (quick: 0.3 s, 2 pairs)
 SHARE_WINDOW_S = 0.4
-#: process start (forked from the zygote: milliseconds), input set-up and warm-up of the sharebench processes
-#: before their first window (1.5 s was too short on the 2-core VM: the ranks finished warming up 2.8 s late and
-#: missed the first families' windows, results/host_model/budget/trims/README.md)
-SHARE_LEAD_IN_S = 4.0
-
-
-def busy_ratio() -> float:
-    """The 1-minute load average over the usable cores (0 where the OS has none)."""
-    try:
-        return os.getloadavg()[0] / max(usable_cores(), 1)
-    except OSError:
-        return 0.0
+#: on the 2-core VM (results/host_model/budget/cuts2): the group's start and end (processes forked from the zygote,
+#: inputs set up, every op warmed up before they agree their schedule: 2.4-3.0 s) and the families' mean window
+SHARE_START_S, SHARE_MEAN_WINDOW_S = 3.0, 0.33
 
 
 def share_seconds(cal: Calibration, families: int = 7) -> float:
-    """Expected wall seconds of one :func:`bench_share` group: lead-in, then every family's windows."""
-    seconds, pairs = (0.3, 2) if cal.quick else (SHARE_WINDOW_S, max(cal.share_pairs, 1))
-    return SHARE_LEAD_IN_S + families * (2 * pairs * seconds + GAP_S)
+    """Expected wall seconds of one :func:`bench_share` group: its start, then every family's windows."""
+    seconds, pairs = (0.3, 2) if cal.quick else (SHARE_MEAN_WINDOW_S, max(cal.share_pairs, 1))
+    return SHARE_START_S + families * (2 * pairs * seconds + GAP_S)
 
 
 def colocation_threads(cores: int) -> list[int]:
@@ -116,35 +107,34 @@ def bench_share(cal: Calibration, found: Findings, cores: int, threads: int = 1)
     With the lead's rates ``r_1`` (alone) and ``r_C`` (beside ``C - 1`` copies) in two adjacent windows, ``C``
     processes together do ``C r_C / r_1`` times the work of one, so :math:`\eta = (C r_C / r_1 - 1) / (C - 1)`
     (:func:`sarlab.simulator.calibration.fitting.pair_share_etas`). A shared machine's speed drifts within
-    minutes, so the two windows of a pair lie a second apart, and each family's eta is the median over its
+    minutes, so the two windows of a pair lie under a second apart, and each family's eta is the median over its
     ``cal.share_pairs`` pairs, clipped to [0, 1].
     """
     processes = cores // max(threads, 1)
     if processes <= 1:
         return {}
-    seconds = 0.3 if cal.quick else SHARE_WINDOW_S
+    longest = 0.3 if cal.quick else SHARE_WINDOW_S
     pairs = 2 if cal.quick else max(cal.share_pairs, 1)
-    # interpreters start slower on a busy machine: a late process misses the first families' windows
-    lead_in_s = SHARE_LEAD_IN_S * min(4.0, max(1.0, busy_ratio()))
-    start_at = time.time() + lead_in_s
-    cmd = module_command("sharebench", "--start-at", repr(start_at), "--seconds", str(seconds),
-                         "--pairs", str(pairs), "--threads", str(threads))
-    if cal.quick:
-        cmd.append("--quick")
-    env = module_env(OMP_NUM_THREADS=str(threads))
-    budget = lead_in_s + 8 * (2 * pairs * seconds + GAP_S) + 120.0  # at most 8 families, then slack
-    texts = run_group([cmd + (["--lead"] if i == 0 else []) for i in range(processes)], [env] * processes,
-                      "sharebench", budget)
+    budget = SYNC_TIMEOUT_S + 8 * (2 * pairs * longest + GAP_S) + 60.0  # the start, at most 8 families, slack
+    with tempfile.TemporaryDirectory(prefix="sharebench-") as sync:
+        cmd = module_command("sharebench", "--sync", sync, "--processes", str(processes), "--seconds", str(longest),
+                             "--pairs", str(pairs), "--threads", str(threads))
+        if cal.quick:
+            cmd.append("--quick")
+        env = module_env(OMP_NUM_THREADS=str(threads))
+        texts = run_group([cmd + (["--lead"] if i == 0 else []) for i in range(processes)], [env] * processes,
+                          "sharebench", budget)
     outs = [json.loads(out.strip().splitlines()[-1]) for out in texts]
     lead = outs[0]
     late = max(o["late_s"] for o in outs)
-    if late > 0.0:
-        found.notes.append(f"sharebench: a process finished its warm-up {late:.1f} s after the first window opened")
+    if late > SETTLE_S:  # the lead counts from SETTLE_S into a window: a partner later than that misses its start
+        found.notes.append(f"sharebench: a process had its schedule {late:.2f} s after the first window opened")
     per_pair = pair_share_etas(lead["rates"], processes)
     result = {name: float(np.clip(statistics.median(v), 0.0, 1.0)) for name, v in per_pair.items() if v}
     found.raw["share" if threads == 1 else f"share_threads_{threads}"] = {
         "lead_rates": lead["rates"], "eta_per_pair": per_pair, "processes": processes, "threads": threads,
-        "pairs": pairs, "window_s": seconds, "late_s": late}
+        "pairs": pairs, "window_s": lead["window_s"], "late_s": late,
+        "warmup_s": max(o["warmup_s"] for o in outs)}
     return result
 
 

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from sarlab.core.memory import tune_malloc
-from sarlab.real.calibration.harness import BENCH_BACKENDS, join_group
+from sarlab.real.calibration.ranks import BENCH_BACKENDS, join_group
 
 
 def run(rank: int, port: int, sizes: list[int], repeats: int, stream: int, bulk: int = 64 << 20,

@@ -21,19 +21,11 @@ import torch
 
 from sarlab import kernels
 from sarlab.core.aggregators import Aggregation
-from sarlab.core.shards import Shard
 from sarlab.real.calibration.harness import set_threads, time_call
+from sarlab.real.calibration.ranks import random_shard
 from sarlab.simulator.calibration.calibration import Calibration, Findings
 from sarlab.simulator.calibration.fitting import fit_cache, fit_nonnegative, fit_op, rate_from, thread_eta
 from sarlab.simulator.hardware.profile import OpCost
-
-
-def random_csr(num_dst: int, num_src: int, degree: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """A random CSR (rowptr, col) with ``degree`` in-edges per destination, sources uniform."""
-    col = torch.randint(0, num_src, (num_dst * degree,), generator=gen)
-    col = col.view(num_dst, degree).sort(dim=1).values.reshape(-1)
-    rowptr = torch.arange(0, num_dst * degree + 1, degree, dtype=torch.long)
-    return rowptr, col
 
 
 def bench_gemm(cal: Calibration, found: Findings, cores: int) -> OpCost:
@@ -133,17 +125,6 @@ def cache_sweep(cal: Calibration) -> list[tuple[int, int, int]]:
     if cal.quick:
         return []
     return [(16000, 8, 256), (64000, 8, 256), (256000, 8, 256), (1000000, 8, 256)]
-
-
-def random_shard(n: int, degree: int, gen: torch.Generator, transpose: bool = True) -> Shard:
-    """An engine :class:`~sarlab.core.shards.Shard` over ``n`` rows with ``degree`` random in-edges per row
-    (:func:`random_csr`), its transposed index built unless ``transpose`` is off (the engine caches it with the
-    shard; a forward product alone does not read it)."""
-    rowptr, col = random_csr(n, n, degree, gen)
-    shard = Shard(0, col, torch.repeat_interleave(torch.arange(n), degree), n, n)
-    if transpose:
-        shard.transpose_index()
-    return shard
 
 
 def spmm_backend(found: Findings) -> str:

@@ -33,8 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sarlab.real.calibration.harness import BENCH_BACKENDS
-from sarlab.real.calibration.ranks import run_ranks
+from sarlab.real.calibration.ranks import BENCH_BACKENDS, run_ranks
 
 _log = logging.getLogger(__name__)
 
@@ -49,7 +48,7 @@ def _child(rows: int, degree: int, width: int, calls: int, rounds: int, out: str
 
     from sarlab.core.comm import prepare_backend
     from sarlab.core.memory import tune_malloc
-    from sarlab.real.calibration.opbench import random_shard
+    from sarlab.real.calibration.ranks import random_shard
 
     torch.set_num_threads(1)
     tune_malloc(threshold=1 << 17)  # the engine's malloc settings

@@ -12,20 +12,35 @@ importing torch, which a calibration that starts some 50 processes would pay abo
 calibration's minute on the 2-core VM). The benchmarks set their own threads (``torch.set_num_threads``), which a
 forked child needs (the zygote's OpenMP read ``OMP_NUM_THREADS`` when it imported torch), and they time work, not
 their own start; a command with a prefix (a network namespace's ``ip netns exec``) stays a fresh interpreter.
+
+What the ranks themselves import lives here too (joining their process group: :func:`join_group`; their random
+inputs: :func:`random_csr`, :func:`random_shard`), so that a forked rank imports nothing the zygote has not: a rank
+that imported :mod:`sarlab.real.calibration.harness` or :mod:`~sarlab.real.calibration.opbench` (and with them
+``sarlab.simulator``, pandas and scipy) spent 0.6-0.9 s of CPU on it before its work, most of a commbench or
+progressbench group's length on the 2-core VM (results/host_model/budget/cuts2/README.md).
 """
 
 from __future__ import annotations
 
+import datetime
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from sarlab.common.paths import package_parent
 from sarlab.real.launch import zygote
 
+if TYPE_CHECKING:
+    import torch
+
+    from sarlab.core.shards import Shard
+
 ROOT = package_parent()  # the directory holding the sarlab package
+#: the torch.distributed backends the message benchmarks run over (``sarlab.core.comm.BACKENDS`` measured here)
+BENCH_BACKENDS = ("gloo", "ccl")
 
 
 def start(command: list[str], env: dict[str, str], stdout=None, stderr=None, fork: bool = True):
@@ -107,3 +122,42 @@ def run_ranks(world: int, command: Callable[[int], list[str]], env: Callable[[in
     (:func:`run_group`; ``fork``: ``python -m`` commands forked from the zygote)."""
     run_group([command(rank) for rank in range(world)], [env(rank) for rank in range(world)], what, timeout_s,
               fork=fork)
+
+
+def join_group(backend: str, port: int, rank: int, world: int, timeout_s: float = 120.0) -> None:
+    """Join a ``world``-rank process group of ``backend`` on ``127.0.0.1:port`` as the engine's workers do
+    (``ccl``: :func:`sarlab.core.comm.prepare_backend` loads and registers oneCCL first)."""
+    import torch.distributed as dist
+
+    from sarlab.core.comm import prepare_backend
+
+    if backend not in BENCH_BACKENDS:
+        raise ValueError(f"backend {backend!r} is not benchmarked here: choose one of {', '.join(BENCH_BACKENDS)}")
+    prepare_backend(backend)
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def random_csr(num_dst: int, num_src: int, degree: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """A random CSR (rowptr, col) with ``degree`` in-edges per destination, sources uniform."""
+    import torch
+
+    col = torch.randint(0, num_src, (num_dst * degree,), generator=gen)
+    col = col.view(num_dst, degree).sort(dim=1).values.reshape(-1)
+    rowptr = torch.arange(0, num_dst * degree + 1, degree, dtype=torch.long)
+    return rowptr, col
+
+
+def random_shard(n: int, degree: int, gen: torch.Generator, transpose: bool = True) -> Shard:
+    """An engine :class:`~sarlab.core.shards.Shard` over ``n`` rows with ``degree`` random in-edges per row
+    (:func:`random_csr`), its transposed index built unless ``transpose`` is off (the engine caches it with the
+    shard; a forward product alone does not read it)."""
+    import torch
+
+    from sarlab.core.shards import Shard
+
+    _, col = random_csr(n, n, degree, gen)
+    shard = Shard(0, col, torch.repeat_interleave(torch.arange(n), degree), n, n)
+    if transpose:
+        shard.transpose_index()
+    return shard

@@ -2,16 +2,19 @@
 ``python -m sarlab.real.calibration.sharebench``).
 
 Each op family's representative op (shapes whose working set exceeds a core's private cache) runs in ``--pairs``
-pairs of adjacent windows of ``--seconds`` each, the first window opening at ``--start-at`` (a ``time.time()``
-value, so that processes launched together share one schedule). One process, the ``--lead``, runs in every
-window; the others run only in each pair's co-located window and sleep in its solo window, so the lead's rate
-alone and beside them is measured seconds apart, and a shared machine's drift over minutes cancels in each
-pair's ratio. The order alternates from pair to pair (solo first, then co-located first). A process never starts
-a call that its running mean says would end after its window, and the lead counts calls from 50 ms into a
-window, so a window holds only its own processes' work. Each process prints one JSON line: per family, its
-calls per CPU second of the process in each solo and each co-located window (``null`` where it did not run);
-per CPU second, so that a third process time-slicing the cores does not count, only the interference of the
-co-running copies. :func:`sarlab.real.calibration.hostbench.bench_share` turns the lead's pairs into each
+pairs of adjacent windows. The processes agree on one schedule before the first window (:func:`agree_schedule`,
+through files in the ``--sync`` folder): each warms every op up, the others say they are ready, and the ``--lead``
+then fixes the schedule and writes it for them, so no process waits on a fixed lead-in that a slow start could
+overrun. A family's window holds about :data:`WINDOW_CALLS` of its calls as the lead timed them while warming up,
+between :data:`MIN_WINDOW_S` and ``--seconds`` (:func:`window_seconds`): a fast family needs no window as long as
+the slowest's. The lead runs in every window; the others run only in each pair's co-located window and sleep in
+its solo window, so the lead's rate alone and beside them is measured seconds apart, and a shared machine's drift
+over minutes cancels in each pair's ratio. The order alternates from pair to pair (solo first, then co-located
+first). A process never starts a call that its running mean says would end after its window, and the lead counts
+calls from 50 ms into a window, so a window holds only its own processes' work. Each process prints one JSON line:
+per family, its calls per CPU second of the process in each solo and each co-located window (``null`` where it did
+not run); per CPU second, so that a third process time-slicing the cores does not count, only the interference of
+the co-running copies. :func:`sarlab.real.calibration.hostbench.bench_share` turns the lead's pairs into each
 family's ``share_eff``.
 """
 
@@ -19,16 +22,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
 from sarlab.core.memory import tune_malloc
-from sarlab.real.calibration.opbench import random_csr
+from sarlab.real.calibration.ranks import random_csr
 
-GAP_S = 0.4  # between two families' windows
+#: seconds between two families' windows: room for a last call that outlasts its family's running mean
+GAP_S = 0.2
+#: calls of its op (at the lead's warm-up time) a family's window holds, and the shortest window (seconds)
+WINDOW_CALLS, MIN_WINDOW_S = 8, 0.15
+#: a fast op's warm-up times calls (2 to 5) until they add up to this (seconds): the fastest of them sets its
+#: window, robust to one slow call (a single timed call read 2-3x too long on the 2-core VM)
+TIMED_WARMUP_S = 0.15
+#: seconds from the lead's schedule to its first window (the others poll for it every POLL_S), and the longest a
+#: process waits for the others to be ready or for the schedule
+START_DELAY_S, POLL_S, SYNC_TIMEOUT_S = 0.05, 0.005, 120.0
 
 
 def build_ops(quick: bool = False, threads: int = 1) -> dict[str, Callable[[], object]]:
@@ -108,47 +122,100 @@ def _window(fn: Callable[[], object], begin: float, end: float, mean_s: float,
     return (count / max(cpu, 1e-9) if count else None), mean_s
 
 
-def run(start_at: float, seconds: float, pairs: int, lead: bool, quick: bool, threads: int = 1) -> dict[str, object]:
+def window_seconds(call_s: float, longest: float) -> float:
+    """A family's window: :data:`WINDOW_CALLS` calls of ``call_s`` after the lead's :data:`SETTLE_S`, within
+    [:data:`MIN_WINDOW_S`, ``longest``]."""
+    return min(longest, max(MIN_WINDOW_S, SETTLE_S + WINDOW_CALLS * call_s))
+
+
+def schedule(call_s: dict[str, float], start_at: float, longest: float, pairs: int) -> dict[str, list[float]]:
+    """Per family, in order: its first window's opening (``time.time()``) and its window length
+    (:func:`window_seconds`); a family's ``2 pairs`` windows are adjacent, :data:`GAP_S` lies between families."""
+    plan, begin = {}, start_at
+    for name, seconds in call_s.items():
+        window = window_seconds(seconds, longest)
+        plan[name] = [begin, window]
+        begin += 2 * pairs * window + GAP_S
+    return plan
+
+
+def _wait_for(done: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + SYNC_TIMEOUT_S
+    while not done():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"sharebench: {what} not there after {SYNC_TIMEOUT_S:g} s")
+        time.sleep(POLL_S)
+
+
+def agree_schedule(sync: Path, lead: bool, processes: int, call_s: dict[str, float], longest: float,
+                   pairs: int) -> dict[str, list[float]]:
+    """The schedule every process of the group follows (:func:`schedule`), agreed through files in ``sync``:
+    every other process, warmed up, writes ``ready.PID`` and waits for ``schedule.json``; the lead waits for
+    ``processes - 1`` of them, then writes it (its own call times, the first window :data:`START_DELAY_S` ahead)."""
+    plan_file = sync / "schedule.json"
+    if not lead:
+        (sync / f"ready.{os.getpid()}").touch()
+        _wait_for(plan_file.exists, "the lead's schedule")
+        return json.loads(plan_file.read_text())
+    _wait_for(lambda: len(list(sync.glob("ready.*"))) >= processes - 1, f"{processes - 1} ready processes")
+    plan = schedule(call_s, time.time() + START_DELAY_S, longest, pairs)
+    draft = sync / "schedule.draft"
+    draft.write_text(json.dumps(plan))
+    os.replace(draft, plan_file)  # whole, never half written
+    return plan
+
+
+def run(sync: Path, processes: int, seconds: float, pairs: int, lead: bool, quick: bool,
+        threads: int = 1) -> dict[str, object]:
     """Per family (``rates``), calls per CPU second in each of its ``pairs`` solo and co-located windows (None
-    where this process did not run: a partner's solo windows). Family ``i`` starts at ``start_at + i (2 pairs
-    seconds + GAP_S)``; every op is warmed up (two calls) before ``start_at``, and ``late_s`` says how far past
-    it the warm-up ran (a late process misses the start of the first windows)."""
+    where this process did not run: a partner's solo windows), on the schedule :func:`agree_schedule` sets once
+    every op is warmed up (three calls or more) in every process: windows of at most ``seconds``. ``warmup_s``: this
+    process's seconds from its start to ready; ``late_s``: how far past the first window's opening it got the
+    schedule (a late process misses the start of the first windows); ``window_s``: each family's window."""
+    began = time.perf_counter()
     ops = build_ops(quick, threads)
-    mean_s = {}
+    mean_s, call_s = {}, {}
     for name, fn in ops.items():
         fn()  # first call: page faults, lazy initialisation
-        t0 = time.perf_counter()
-        fn()
-        mean_s[name] = time.perf_counter() - t0
-    late_s = max(0.0, time.time() - start_at)
-    span = 2 * pairs * seconds + GAP_S
+        times: list[float] = []
+        while len(times) < 2 or sum(times) < TIMED_WARMUP_S and len(times) < 5:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        mean_s[name], call_s[name] = times[-1], min(times)
+    warmup_s = time.perf_counter() - began
+    plan = agree_schedule(sync, lead, processes, call_s, seconds, pairs)
+    late_s = max(0.0, time.time() - min(begin for begin, _ in plan.values()))
     out: dict[str, dict[str, list]] = {}
-    for i, (name, fn) in enumerate(ops.items()):
-        family_begin = start_at + i * span
+    for name, fn in ops.items():
+        family_begin, window = plan[name]
         rates: dict[str, list] = {"solo": [], "shared": []}
         for pair in range(pairs):
             for k, kind in enumerate(window_order(pair)):
-                begin = family_begin + (2 * pair + k) * seconds
+                begin = family_begin + (2 * pair + k) * window
                 if lead or kind == "shared":
-                    rate, mean_s[name] = _window(fn, begin + (SETTLE_S if lead else 0.0), begin + seconds,
+                    rate, mean_s[name] = _window(fn, begin + (SETTLE_S if lead else 0.0), begin + window,
                                                  mean_s[name], wall=threads > 1)
                 else:
                     rate = None
                 rates[kind].append(rate)
         out[name] = rates
-    return {"rates": out, "late_s": late_s}
+    return {"rates": out, "late_s": late_s, "warmup_s": warmup_s,
+            "window_s": {name: window for name, (_, window) in plan.items()}}
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--start-at", type=float, required=True, help="time.time() at which the first window opens")
-    p.add_argument("--seconds", type=float, default=1.0, help="length of one window")
+    p.add_argument("--sync", required=True, help="an empty folder the group's processes agree their schedule in")
+    p.add_argument("--processes", type=int, required=True, help="processes in the group, the lead included")
+    p.add_argument("--seconds", type=float, default=0.4, help="the longest window (a family's: WINDOW_CALLS calls)")
     p.add_argument("--pairs", type=int, default=8, help="solo / co-located window pairs per family")
     p.add_argument("--lead", action="store_true", help="run in every window (the others: co-located windows only)")
     p.add_argument("--quick", action="store_true", help="smaller shapes")
     p.add_argument("--threads", type=int, default=1, help="intra-op threads of each process (default 1)")
     a = p.parse_args()
-    print(json.dumps(run(a.start_at, a.seconds, a.pairs, a.lead, a.quick, a.threads)), flush=True)
+    result = run(Path(a.sync), a.processes, a.seconds, a.pairs, a.lead, a.quick, a.threads)
+    print(json.dumps(result), flush=True)
     return 0
 
 
