@@ -162,13 +162,15 @@ def test_without_self_loops_the_aggregation_segments_price_what_they_did():
 def test_self_loop_vjp_transient_only_with_self_loops():
     """The local shard's backward temporaries (fused, layer 0, rank 0: n = 100, its own 100 source rows): the VJP's
     zeroed destination gradient n (HC + 2H), delta n H, the score copies 2 n H, the kernel's outputs n (HC + H) and
-    n H; with self loops at least the row gradient n (HC + H) beside the self-loop VJP's n (3 HC + 9 H)."""
+    n H; with self loops at least the self-loop VJP's n (3 HC + 9 H); beside either the row gradient n (HC + H) (the
+    kernel's outputs concatenated), which the ring modes add into the source gradient after the self-loop VJP."""
     stats, profile = two_parts(), _profile()
     n = 100
     vjp = (n * (HC + 2 * H) + n * H + 2 * n * H + n * (HC + H) + n * H) * B
-    with_loops = max(vjp, (n * (HC + H) + n * (3 * HC + 9 * H)) * B)
-    assert (vjp, with_loops) == (10400, 17600)
-    for loops, expected in ((False, vjp), (True, with_loops)):
+    row_grad = n * (HC + H) * B
+    with_loops = max(vjp, n * (3 * HC + 9 * H) * B) + row_grad
+    assert (vjp, row_grad, with_loops) == (10400, 3200, 17600)
+    for loops, expected in ((False, vjp + row_grad), (True, with_loops)):
         model = ModelSpec("gat", layers=2, hidden=HC, heads=H, fused=True, batchnorm=False, self_loops=loops)
         run = RunSpec(mode="sar", threads=1)
         pricing = EpochPricing(stats, model, run, profile, resolve_placement(profile, 2, run))

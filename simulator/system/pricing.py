@@ -306,16 +306,19 @@ class EpochPricing:
             # mean: oneshot's shard_vjp divides the output gradient by the degree (the ring modes scale it
             # once for all shards, the local one included, and that copy is booked with the ring rounds)
             one_bwd_transient = one_bwd_transient + n * plan.width * self.b
-        if plan.kind == "gat" and not plan.autograd and plan.self_loops:
-            # the local shard's VJP (and oneshot's one) is followed by the self-loop terms' VJP while its
-            # row and destination gradients are still held: those two, the self-loop gradient and its
-            # concatenation, and n x H temporaries; the peak of that phase may exceed the kernel's
+        if plan.kind == "gat" and not plan.autograd:
+            # the local shard's VJP (and oneshot's one) is followed, with self loops, by the self-loop terms' VJP
+            # while its destination gradient is still held: that, the self-loop gradient and its concatenation,
+            # and n x H temporaries (``held``); the peak of that phase may exceed the kernel's. The row gradient
+            # (the kernel's outputs concatenated, or the zeros the unfused chunks add into) is alive through both:
+            # the ring modes' local one, n (HC + H), until it is added into the source gradient (booked here);
+            # oneshot's is the [own; halo] gradient, which the schedule books beside these (``one_grad``)
             hc, heads, b = plan.heads * plan.channels, plan.heads, self.b
-            held = n * (3 * hc + 9 * heads) * b
+            held = n * (3 * hc + 9 * heads) * b if plan.self_loops else 0.0
             shard_bwd_transient = with_diagonal(
-                shard_bwd_transient, np.maximum(np.diag(shard_bwd_transient), n * (hc + heads) * b + held)
+                shard_bwd_transient, np.maximum(np.diag(shard_bwd_transient), held) + n * (hc + heads) * b
             )
-            one_bwd_transient = np.maximum(one_bwd_transient, (n + halo_in) * (hc + heads) * b + held)
+            one_bwd_transient = np.maximum(one_bwd_transient, held)
         if plan.kind == "sage" and plan.case == 2:
             # max: the local shard's row gradient (csr_max_backward's fresh n x w output) lives until the ring
             # modes have added it into the source gradient; a remote one is the send buffer, oneshot's the

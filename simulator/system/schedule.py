@@ -22,8 +22,9 @@ The exchanges follow ``sarlab/core/aggregate.py`` (worker ``p``, prefetch ``d``,
 
 Memory: every tensor the engine allocates is booked on the worker's
 :class:`sarlab.simulator.system.memory.MemoryTracker` when it is made and freed when it dies (sizes from
-:mod:`sarlab.simulator.workload.layer_memory`): ``sar`` frees each fetched shard after use; ``sa`` keeps all of them
-until the layer's backward; ``oneshot`` holds all halo rows at once, kept for backward only in case 2. Linear
+:mod:`sarlab.simulator.workload.layer_memory`): ``sar`` frees each fetched shard (and its send buffer) when the
+next round is taken, as ``RingFetch``'s ``Pending`` holds both until then; ``sa`` keeps all of them until the
+layer's backward; ``oneshot`` holds all halo rows at once, kept for backward only in case 2. Linear
 aggregations keep no exchanged rows for backward in any mode. Seconds and bytes are looked up in
 :mod:`sarlab.simulator.system.pricing`; time moves by :mod:`sarlab.simulator.system.clock`.
 
@@ -111,7 +112,7 @@ class Schedule:
         mem.free(M.post_peak)
         if not (L.records or M.agg_out_kept):
             mem.free(M.agg_out)
-        if not (M.exchange_kept or (ring and L.records and L.case == 2)):  # sar/sa keep non-linear rows only
+        if not (M.exchange_kept or self._rows_saved(L)):
             mem.free(M.exchange)
         if not L.hidden:
             return
@@ -156,7 +157,7 @@ class Schedule:
                 yield from self._ring_backward(w, A)
         if L.records or M.agg_out_kept:
             mem.free(M.agg_out)
-        if M.exchange_kept or (L.records and L.case == 2 and self.ring):
+        if M.exchange_kept or self._rows_saved(L):
             mem.free(M.exchange)
         mem.free(M.grad_agg)
         mem.alloc(M.grad_pre)
@@ -165,6 +166,13 @@ class Schedule:
         mem.alloc(L.params * self.b)  # this layer's parameter gradients, kept until the step
         if li > 0:
             mem.free(self.tables[li - 1].mem[p].next_input)  # this layer's input is no longer needed
+
+    def _rows_saved(self, L) -> bool:
+        """Whether the aggregation saves the exchanged rows for its backward: a non-linear one with an autograd
+        record (case 2) saves its input in the ring modes (``SequentialAggregate``) and on one worker (the local
+        shard's ``ShardAggregate``); ``oneshot`` on several workers saves ``[own; halo]`` (``one_ext``) instead,
+        and the rows die with the layer's forward."""
+        return bool(L.records and L.case == 2 and (self.ring or self.N == 1))
 
     # --------------------------------------------------------------------------- ring modes
     def _ring_fetch(
@@ -179,13 +187,19 @@ class Schedule:
         """The engine's ``RingFetch`` + per-round work, forward (aggregate) or backward (re-fetch + VJP).
 
         ``start()`` posts rounds ``1..d+1`` (rows gathered, exchange posted), then ``local()`` runs (the
-        local shard, overlapping those fetches); then per round: wait for both messages (the send buffer
-        dies), aggregate (or VJP) the round, drop its rows, post the next unposted round. While round
-        ``r`` is computed rounds ``r+1..r+d`` are in flight: at most ``d + 1`` remote shards are resident.
+        local shard, overlapping those fetches); then per round: wait for both messages, aggregate (or VJP)
+        the round, post the next unposted round. While round ``r`` is computed rounds ``r+1..r+d`` are in
+        flight: at most ``d + 1`` remote shards are resident.
+
+        A round's send buffer and received rows die when the next round is taken (or the rounds end), not at
+        its wait: ``RingFetch`` keeps the round's ``Pending``, whose gloo work objects hold both tensors, until
+        it takes the next one, so the round's buffers are alive through its compute and the next round's post.
 
         ``kept``: ``sa``'s resident rows (round -> bytes), filled in forward. ``returns``: backward; each
-        round's gradient goes to :meth:`_grad_return` before its rows are dropped (the caller drains
-        what is left in flight).
+        round's gradient goes to :meth:`_grad_return` (the caller drains what is left in flight). A backward
+        round's VJP makes the row gradient, the send buffer, beside its temporaries; in case 2 the engine's round
+        loop keeps a VJP's destination-input gradient (:attr:`LayerMemory.shard_grad_dst`) until the next
+        round's VJP has returned its own (the caller frees it when the aggregation backward ends).
         """
         backward = returns is not None
         N, d, p, mem, li = self.N, self.run_spec.prefetch, w.rank, w.mem, A.plan.index
@@ -220,30 +234,36 @@ class Schedule:
             yield from post(next_round)
             next_round += 1
         yield from local()
+        previous = 0.0  # the buffers of the round taken last, held by its Pending until the next one is taken
+        dst_grad = A.mem[p].shard_grad_dst if backward else 0.0
         while in_flight:
             r, msgs, send_b, ops = in_flight.popleft()
+            mem.free(previous)
             if not self.clock.arrive_all(w, msgs, (li, phase, r)):  # all booked: no need to block
                 yield from self.clock.wait(w, msgs, (li, phase, r))
-            mem.free(send_b)
             q = (p - r) % N
+            # backward: the row gradient (the send buffer) is made beside the VJP's temporaries
+            grad_rows = rows[p][q] if backward else 0.0
             transient = transient_table[p][q]
-            mem.alloc(transient)
+            mem.alloc(transient + grad_rows)
             seconds = compute_table[p][q] + wait_s * ops
             if fast:
                 tick(w, seconds, (li, "agg-bwd" if backward else "agg", r))
             else:
                 yield from self.clock.compute(w, seconds, (li, "agg-bwd" if backward else "agg", r))
             mem.free(transient)
+            if backward and r == 1:
+                mem.alloc(dst_grad)  # kept by the round loop from here on (one at a time, beside the next VJP's)
             if kept is not None:
                 kept[r] = rows[p][q]
                 mem.alloc(A.shard_kept[p][q])
             if returns is not None:
-                yield from self._grad_return(w, A, r, returns)
-            if kept is None:
-                mem.free(rows[p][q])
+                yield from self._grad_return(w, A, r, returns, send="given")
+            previous = send_b + (rows[p][q] if kept is None else 0.0)
             if next_round < N:
                 yield from post(next_round)
                 next_round += 1
+        mem.free(previous)
 
     def _ops(self, send_b, recv_b):
         """Message ops one round's exchange call posts: its non-empty isend and irecv (an int array for all
@@ -375,18 +395,22 @@ class Schedule:
             while returns:
                 yield from self._grad_complete(w, A, returns)
             mem.free(grads)
-        else:  # sa, case 2: the kept rows
+        else:  # sa, case 2: the kept rows (the VJP makes the row gradient beside its temporaries, as sar's)
             yield from local()
             for r in range(1, N):
                 q = (p - r) % N
                 transient = A.shard_bwd_transient[p][q]
-                mem.alloc(transient)
+                mem.alloc(transient + A.row_bytes[p][q])
                 yield from self.clock.compute(w, A.shard_b[p][q], (li, "agg-bwd", r))
                 mem.free(transient + kept.pop(r) + A.shard_kept[p][q])
-                yield from self._grad_return(w, A, r, returns)
+                if r == 1:
+                    mem.alloc(M.shard_grad_dst)  # kept by the round loop, as in _ring_fetch
+                yield from self._grad_return(w, A, r, returns, send="given")
         while returns:
             yield from self._grad_complete(w, A, returns)
-        mem.free(own + extra)
+        # case 2's round loop held the last VJP's destination gradient until here (N > 1: ring modes only)
+        held = M.shard_grad_dst if L.case == 2 and not L.whole_graph_backward(mode) else 0.0
+        mem.free(own + extra + held)
 
     # ------------------------------------------------------------------------------ oneshot
     def _batch(self, w: Worker, phase: str, li: int, exchanges: list) -> list[Message]:

@@ -34,7 +34,8 @@ class LayerMemory:
         pre_peak: temporaries of ``pre`` (freed when it ends).
         exchange: the matrix whose rows are exchanged, when ``pre`` makes a new one (0 when it is the
             layer input itself).
-        exchange_kept: ``pre``'s own autograd keeps the exchanged matrix (SAGE-pool's ReLU output).
+        exchange_kept: ``pre``'s own autograd keeps the exchanged matrix (SAGE-pool's ReLU output); whether the
+            aggregation saves it for its backward depends on the mode (the schedule's ``_rows_saved``).
         pre_saved: other tensors ``pre`` keeps for backward (GAT's attention scores).
         agg_state: the aggregation's running state, booked from ``init``: sum and mean the ``n x w`` zeros the
             shards are added into; max the running max (``n x w``) and its int32 tie count; GAT ``m``, ``l``,
@@ -42,7 +43,9 @@ class LayerMemory:
             output until its backward, so there the state and the output are booked together here, and freed
             as ``agg_out`` (``new_out`` False).
         agg_out: the aggregation output (a new tensor when ``new_out``, else the state itself), freed after
-            the aggregation backward (or, without an autograd record, once nothing reads it).
+            the aggregation backward (or, without an autograd record, once nothing reads it); GAT's also holds the
+            softmax's running max and denominator ``m``, ``l`` (``n H`` each), which ``finalize`` keeps for the
+            backward (``ctx.saved``) when it frees the rest of the state.
         new_out: ``finalize`` allocates the output and frees the state (mean; max without an autograd record;
             GAT), instead of returning the state (sum) or keeping it (max with a record).
         agg_out_kept: the output is kept for backward even without the aggregation's own autograd record
@@ -58,6 +61,10 @@ class LayerMemory:
             besides what those phases book themselves (the aggregation's source gradient and buffers).
         agg_bwd_hold: held through the aggregation backward besides the source gradient (SAGE-mean's
             scaled output gradient; GAT's destination-input gradient).
+        shard_grad_dst: one remote shard's VJP output that the ring modes' case-2 round loop
+            (``SequentialAggregate.backward``) keeps until the next round's VJP has returned its own, and the
+            last one until the backward ends: GAT's zeroed destination-input gradient ``n (HC + 2H)`` (0 for the
+            others, whose shard VJPs return no destination gradient).
     """
 
     pre_peak: int
@@ -81,6 +88,7 @@ class LayerMemory:
     grad_agg: int
     grad_pre: int
     agg_bwd_hold: int = 0
+    shard_grad_dst: int = 0
 
 
 
@@ -110,12 +118,14 @@ def layer_memory(plan: LayerPlan, n: int) -> LayerMemory:
         post_peak = 2 * n * fo * b  # lin_l(agg) and lin_r(x), then their sum (conv_out)
     else:
         hc = plan.heads * plan.channels
-        # rows = [z, s_src] (exchanged); z (saved by the score product) and dst_x = [rows, s_dst]
+        # rows = [z, s_src] (exchanged; torch.cat's backward keeps nothing of it: the aggregation saves it where its
+        # backward reads it); z (saved by the score product) and dst_x = [rows, s_dst]
         exchange, pre_saved = n * w * b, n * (2 * hc + 2 * plan.heads) * b
-        exchange_kept = True  # the attention's input is needed by the backward in every mode
         # hidden layers: a view of the output plus bias; the output layer first averages its head
         agg_state, new_out = n * (hc + 2 * plan.heads) * b, True
         post_peak = 0 if plan.hidden else n * fo * b
+    # GAT's finalize keeps m and l for the backward (``ctx.saved``); the autograd form keeps its own graph instead
+    kept_state = 2 * n * plan.heads * b if plan.kind == "gat" and not plan.autograd else 0
     f = fo
     hidden = plan.hidden
     bn = hidden and plan.batchnorm
@@ -126,7 +136,7 @@ def layer_memory(plan: LayerPlan, n: int) -> LayerMemory:
         exchange_kept=exchange_kept,
         pre_saved=pre_saved,
         agg_state=agg_state,
-        agg_out=0 if plan.kind == "rgcn" else agg_state if not new_out else n * aw * b,
+        agg_out=0 if plan.kind == "rgcn" else agg_state if not new_out else n * aw * b + kept_state,
         new_out=new_out,
         agg_out_kept=plan.kind == "sage",
         post_peak=post_peak,
@@ -145,6 +155,7 @@ def layer_memory(plan: LayerPlan, n: int) -> LayerMemory:
             if plan.kind == "sage" and plan.case == 1
             else 0
         ),
+        shard_grad_dst=n * (aw + 2 * plan.heads) * b if plan.kind == "gat" else 0,
     )
 
 def gradient_levels(plan: LayerPlan, n: int) -> dict[str, int]:
@@ -270,10 +281,13 @@ def shard_transient_bytes(plan: LayerPlan, edges: Number, n: Number, num_src: Nu
 
 def shard_bwd_transient_bytes(plan: LayerPlan, edges: Number, n: Number, num_src: Number) -> Number:
     """Temporaries of one shard's backward beyond its row gradient (``num_src x w``, which the schedule books as
-    the send buffer of a remote shard and :class:`sarlab.simulator.system.pricing.EpochPricing` as the local shard's).
+    the send buffer of a remote shard, beside these while the VJP runs, and
+    :class:`sarlab.simulator.system.pricing.EpochPricing` as the local shard's).
 
     Sum and mean: none (``A_q^T g`` is the fresh output of the C++ SpMM). Max: none
-    (``kernels.csr_max_backward`` writes only its output, reading the cached CSC). GAT, either form: the VJP's
+    (``kernels.csr_max_backward`` writes only its output, reading the cached CSC). R-GCN: a relation block's
+    (:func:`sarlab.simulator.workload.rgcn_layer.transient_bwd`), without the zero-filled gradient of a remote
+    shard's rows, which is that row gradient. GAT, either form: the VJP's
     zeroed destination gradient ``n (HC + 2H)``, ``delta`` (``n H``) and the copies of the strided scores
     (``(num_src + n) H``). Fused, besides: the C++ kernel's outputs ``g_z``, ``g_s_src``, ``g_s_dst``
     (``num_src (HC + H) + n H``, reading ``z`` in place), alive when ``torch.cat`` makes the row gradient of them.
@@ -286,8 +300,9 @@ def shard_bwd_transient_bytes(plan: LayerPlan, edges: Number, n: Number, num_src
     the running state (``2 n H C``).
     """
     b = plan.bytes_per_element
-    if plan.kind == "rgcn":
-        return rgcn_layer.transient_bwd(plan.relation_split(edges, n, num_src), *plan.rgcn_args())
+    if plan.kind == "rgcn":  # without a remote shard's zero-filled row gradient: the send buffer, booked beside these
+        split = plan.relation_split(edges, n, num_src)
+        return rgcn_layer.transient_bwd(split._replace(remote=np.zeros_like(split.remote)), *plan.rgcn_args())
     if plan.kind != "gat":  # sum, mean, max: the kernel's output is the row gradient itself, booked separately
         return 0 * edges
     hc, heads = plan.heads * plan.channels, plan.heads
