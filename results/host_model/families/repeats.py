@@ -1,7 +1,9 @@
 """The validations of a sitting run with PASSES=2 (sitting.sh): each configuration measured twice, minutes apart
-(the second pass in reverse order). Prints, per validation, how far the two measurements of one configuration
-differ (the runs' own repeatability, |m1 - m2| / mean), each pass's errors, and the error against the mean of the
-two. The prediction is the same for both (one profile, one configuration). Usage: python repeats.py TAG."""
+(the second pass in reverse order), validated per pass (validation_NAME_p1_TAG.csv, ..._p2_TAG.csv) and pooled
+(validation_NAME_TAG.csv: the median epoch over both runs' epochs). Prints, per validation, how far the two
+measurements of one configuration differ (the runs' own repeatability, |m1 - m2| / mean), each pass's errors and
+the pooled ones. The prediction is the same for both passes (one profile, one configuration).
+Usage: python repeats.py TAG [--rows]."""
 from __future__ import annotations
 
 import statistics
@@ -11,39 +13,37 @@ from pathlib import Path
 import pandas as pd
 
 HERE = Path(__file__).parent
+KEY = ["model", "num_nodes", "workers", "threads"]
 
 
-def summary(errors: list[float]) -> str:
-    a = [abs(e) for e in errors]
+def summary(errors) -> str:
+    a = [abs(float(e)) for e in errors]
     over = sum(x > 0.3 for x in a)
     return f"median {100 * statistics.median(a):5.1f} %, worst {100 * max(a):5.1f} %, over 30 %: {over}"
 
 
-def main(tag: str) -> None:
-    for csv in sorted(HERE.glob(f"validation_*_{tag}.csv")):
-        t = pd.read_csv(csv)
-        t["config"] = t["records_path"].str.replace("_r2.json", ".json", regex=False)
-        t["pass"] = t["records_path"].str.endswith("_r2.json").map({True: 2, False: 1})
-        wide = t.pivot_table(index="config", columns="pass",
-                             values=["measured_epoch_time_s", "predicted_epoch_time_s", "memory_error"])
-        if 2 not in wide["measured_epoch_time_s"]:
-            print(f"{csv.name}: one pass only")
+def main(tag: str, rows: bool = False) -> None:
+    for pooled_csv in sorted(HERE.glob(f"validation_*_{tag}.csv")):
+        name = pooled_csv.name[len("validation_"): -len(f"_{tag}.csv")]
+        p1, p2 = (HERE / f"validation_{name}_p{k}_{tag}.csv" for k in (1, 2))
+        if name.endswith(("_p1", "_p2")) or not (p1.exists() and p2.exists()):
             continue
-        m1, m2 = wide["measured_epoch_time_s"][1], wide["measured_epoch_time_s"][2]
-        pred = wide["predicted_epoch_time_s"][1]
-        mean = (m1 + m2) / 2
-        print(f"{csv.name} ({len(wide)} configurations)")
-        print(f"  repeatability |m1 - m2| / mean:  {summary(list(((m1 - m2) / mean).abs()))}")
-        print(f"  pass 1 errors:                   {summary(list(pred / m1 - 1))}")
-        print(f"  pass 2 errors:                   {summary(list(wide['predicted_epoch_time_s'][2] / m2 - 1))}")
-        print(f"  errors against the mean of both: {summary(list(pred / mean - 1))}")
-        mem = list(wide["memory_error"][1]) + list(wide["memory_error"][2])
-        print(f"  memory errors (both passes):     {summary(mem)}")
-        for config in wide.index:
-            print(f"    {Path(config).stem:32s} m1 {m1[config]:.3f} m2 {m2[config]:.3f} pred {pred[config]:.3f} "
-                  f"differ {100 * abs(m1[config] - m2[config]) / mean[config]:5.1f} % "
-                  f"error vs mean {100 * (pred[config] / mean[config] - 1):+6.1f} %")
+        a, b, pooled = (pd.read_csv(f).set_index(KEY).sort_index() for f in (p1, p2, pooled_csv))
+        m1, m2 = a["measured_epoch_time_s"], b["measured_epoch_time_s"]
+        differ = (m1 - m2).abs() / ((m1 + m2) / 2)
+        print(f"{name} ({len(a)} configurations)")
+        print(f"  repeatability |m1 - m2| / mean: {summary(differ)}")
+        print(f"  pass 1 time errors:             {summary(a['time_error'])}")
+        print(f"  pass 2 time errors:             {summary(b['time_error'])}")
+        print(f"  pooled time errors:             {summary(pooled['time_error'])}")
+        print(f"  pooled memory errors:           {summary(pooled['memory_error'])}")
+        if rows:
+            for key in a.index:
+                print(f"    {'/'.join(map(str, key)):22s} m1 {m1[key]:.3f} m2 {m2[key]:.3f} "
+                      f"pred {a['predicted_epoch_time_s'][key]:.3f} differ {100 * differ[key]:5.1f} % errors "
+                      f"{100 * a['time_error'][key]:+6.1f} / {100 * b['time_error'][key]:+6.1f} / pooled "
+                      f"{100 * pooled['time_error'][key]:+6.1f} %")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "s9")
+    main(sys.argv[1] if len(sys.argv) > 1 else "s9", "--rows" in sys.argv)

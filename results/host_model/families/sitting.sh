@@ -66,9 +66,19 @@ val() { # name, profile spec, records...
   .venv/bin/sarlab simulate --validate "$@" --profile "$spec" --validation-out $D/validation_${name}_$TAG.csv \
      > $D/validate_${name}_$TAG.log 2>&1
 }
-for v in "" .nofamily; do
+for v in "" .nofamily; do  # with PASSES=2 these pool both runs of a configuration (the median of their epochs)
   val 1core${v}_to_both "describe:base=$D/profile_1core_$TAG$v.json,cores=2" $R/both_*.json
   val 2core${v}_to_both $D/profile_2core_$TAG$v.json $R/both_*.json
   val 2core${v}_to_core0 "describe:base=$D/profile_2core_$TAG$v.json,cores=1" $R/core0_*.json
 done
+if [ "$PASSES" = 2 ]; then  # each pass on its own (validation_NAME_p1_TAG.csv, ..._p2_TAG.csv): repeats.py TAG
+  for p in p1 p2; do
+    if [ $p = p1 ]; then both=$(ls $R/both_*.json | grep -v _r2.json); core=$(ls $R/core0_*.json | grep -v _r2.json)
+    else both=$(ls $R/both_*_r2.json); core=$(ls $R/core0_*_r2.json); fi
+    val 1core_to_both_$p "describe:base=$D/profile_1core_$TAG.json,cores=2" $both
+    val 2core_to_both_$p $D/profile_2core_$TAG.json $both
+    val 2core_to_core0_$p "describe:base=$D/profile_2core_$TAG.json,cores=1" $core
+  done
+  .venv/bin/python $D/repeats.py $TAG --rows > $D/repeats_$TAG.log 2>&1
+fi
 say "sitting $TAG validations done"
