@@ -30,8 +30,8 @@ def calibrate_parser() -> argparse.ArgumentParser:
                    help="profile JSON to write (default: %(default)s, in sarlab's cache, which `sarlab simulate` uses "
                    "by default and every calibration replaces; another existing file needs --force)")
     p.add_argument("--quick", action="store_true",
-                   help="small shapes, few repeats, no co-location: about 30 s on a quiet 2-core machine (a full "
-                   "calibration: about 2.5-3 min on one core, 3-3.5 on two); a check that calibrating works here, "
+                   help="small shapes, few repeats, no co-location: about 20 s on a quiet 2-core machine (a full "
+                   "calibration: about 2.5 min on one core, 3 on two); a check that calibrating works here, "
                    "not a profile to predict runs with (its compute scale comes from two tiny graphs); it says at its "
                    "start what its steps should take here, and warns, with the load it sees, when the machine is "
                    "busy (minutes then)")
