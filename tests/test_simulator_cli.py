@@ -312,6 +312,28 @@ def test_simulate_names_its_profile_and_warns_on_another_cpu(tmp_path, capsys):
     assert "warning" not in capsys.readouterr().err
 
 
+def test_a_prediction_on_the_shipped_profile_says_this_machine_has_no_calibration(tmp_path, monkeypatch, capsys):
+    """Without --profile and without this machine's calibration, the prediction runs on the shipped profile and says
+    so (with how to make one); this machine's own calibration, or a profile asked for, gets no such line."""
+    from sarlab.simulator.hardware import provenance
+
+    local = tmp_path / "cache" / "simulator_profile.json"
+    monkeypatch.setattr(provenance, "LOCAL_PROFILE", local)
+    args = ["--graph", "estimate:nodes=2000,edges=20000,features=8,classes=4", "--model", "gcn", "--workers", "2",
+            "--modes", "sar"]
+    line = "this machine has no calibration of its own"
+    assert simulate_main(args) == 0
+    out = capsys.readouterr().out
+    assert f"from {DEFAULT_PROFILE}" in out and line in out and "`sarlab calibrate`" in out
+    assert simulate_main([*args, "--profile", "epyc-2core"]) == 0
+    assert line not in capsys.readouterr().out
+    prof = resolve_profile("epyc-2core")[0]
+    save_profile(replace(prof, meta={**prof.meta, "machine": cpu_model()}, cores_per_host=usable_cores()), local)
+    assert simulate_main(args) == 0
+    out = capsys.readouterr().out
+    assert f"from {local}" in out and line not in out
+
+
 def test_default_profile_is_this_machines_calibration_else_the_shipped_one(tmp_path, monkeypatch):
     """Without --profile: `simulator_profile.json` in sarlab's cache (what `sarlab calibrate` writes by default)
     when it exists, else simulator/profiles/epyc-2core.json; shipped profiles also go by their names."""

@@ -25,6 +25,7 @@ from sarlab.simulator.hardware.backends import BASE_BACKEND
 from sarlab.simulator.hardware.host import regime
 from sarlab.simulator.hardware.profile import PRESETS, Profile
 from sarlab.simulator.hardware.provenance import (
+    DEFAULT_PROFILE,
     LOCAL_PROFILE,
     machine_warnings,
     plausibility_warnings,
@@ -207,8 +208,12 @@ def simulate_main(argv: list[str] | None = None) -> int:
 
 def _predict(args: argparse.Namespace, profile: Profile, source: str, links: list) -> int:
     """The sweep (or the strategies' table) the flags ask for, printed, plotted and written."""
-    for line in machine_warnings(profile):
+    cautions = machine_warnings(profile)
+    for line in cautions:
         warn(line)
+    if args.profile is None and Path(source) == DEFAULT_PROFILE and not cautions:
+        say(f"this machine has no calibration of its own ({LOCAL_PROFILE} is absent): the prediction uses the shipped "
+            "profile of another host of its kind; `sarlab calibrate` (about 3 min) fits this machine's")
     backend = args.backend or BASE_BACKEND
     try:
         if backend != BASE_BACKEND and backend in profile.backends:
