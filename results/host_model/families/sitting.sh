@@ -65,6 +65,7 @@ val() { # name, profile spec, records...
   local name=$1 spec=$2; shift 2
   .venv/bin/sarlab simulate --validate "$@" --profile "$spec" --validation-out $D/validation_${name}_$TAG.csv \
      > $D/validate_${name}_$TAG.log 2>&1
+  case $name in *nofamily*|*_p1|*_p2) rm -f $D/validation_${name}_$TAG.png ;; esac  # only the main ones keep a plot
 }
 for v in "" .nofamily; do  # with PASSES=2 these pool both runs of a configuration (the median of their epochs)
   val 1core${v}_to_both "describe:base=$D/profile_1core_$TAG$v.json,cores=2" $R/both_*.json
