@@ -69,6 +69,21 @@ def test_one_core_base_gets_assumed_thread_efficiencies_said_in_the_notes():
     assert any("assumed" in n for n in d.notes)
 
 
+def test_eff_sets_the_threads_beyond_the_base_for_every_family():
+    one = describe_profile("describe:cores=4,eff=0.5", resolver(base(1)))
+    for name in ("gemm", "spmm", "elementwise"):  # 1 + (T - 1) x 0.5 instead of the assumed 0.85 / 0.8 / 0.7
+        assert one.op(name).speedup(2) == pytest.approx(1.5) and one.op(name).speedup(4) == pytest.approx(2.5)
+    assert any("0.5" in n and "described" in n for n in one.notes) and not any("assumed" in n for n in one.notes)
+    two = describe_profile("describe:cores=8,eff=0.25", resolver(base(2)))
+    assert two.op("spmm").speedup(2) == pytest.approx(1.9)  # measured on the base: kept
+    assert two.op("spmm").speedup(8) == pytest.approx(1.9 + 6 * 0.25)  # not the last segment's 0.9
+    capped = describe_profile("describe:cores=8,eff=1,membw=1x", resolver(base(2)))
+    assert capped.op("spmm").speedup(8) == pytest.approx(1.9)  # the bandwidth cap still binds
+    for bad in ("0", "1.5", "-0.2"):
+        with pytest.raises(ValueError, match="eff"):
+            describe_profile(f"describe:cores=4,eff={bad}", resolver(base(1)))
+
+
 def test_resolve_profile_reads_describe_specs():
     prof, source = resolve_profile("describe:base=epyc-2core,cores=16")
     assert prof.cores_per_host == 16 and source.startswith("describe:")

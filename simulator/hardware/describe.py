@@ -8,6 +8,9 @@ calibration) and what is said to differ:
   over; beyond them each family's table goes on at the efficiency of its last measured segment (a base measured on
   one core has none: :data:`ASSUMED_THREAD_EFF`, stated in the profile's notes). The progress spread measured with
   ``k`` single-thread ranks on the base's ``C_b`` cores is kept at the same crowding, ``k C / C_b`` ranks.
+* ``eff``: the parallel efficiency of each thread beyond the base's cores, in (0, 1], for every family (instead of
+  the last measured segment's, or the assumed ones): ``s(T) = s_b(C_b) + (T - C_b) eff``. What a user knows of the
+  described host's scaling (a vendor's figures, a measurement there) and the base could not measure.
 * ``gemm``: GEMM FLOP/s of one core, absolute (``1.2e11``) or relative to the base (``2x``).
 * ``membw``: the host's memory bandwidth in GB/s, or relative (``2x``) to what the base's elementwise benchmark
   reached on all its cores (:func:`base_bandwidth`). The memory-bound families' speed-ups stop at the thread count
@@ -29,7 +32,7 @@ from sarlab.simulator.hardware.opcost import OpCost
 from sarlab.simulator.hardware.profile import Profile
 
 PREFIX = "describe:"
-KEYS = ("base", "cores", "gemm", "membw", "net")
+KEYS = ("base", "cores", "eff", "gemm", "membw", "net")
 #: families whose speed-up the memory bandwidth caps (``gemm`` is compute-bound)
 MEMORY_BOUND = ("spmm", "max_aggr", "gat_unfused", "gat_fused", "gat_autograd", "elementwise")
 #: thread efficiency assumed where the base was calibrated on one core (nothing measured), per family; stated in
@@ -76,16 +79,23 @@ def base_bandwidth(profile: Profile) -> float:
     return elem.rate * elem.speedup(profile.cores_per_host)
 
 
-def _speedups(cost: OpCost, name: str, base_cores: int, cores: int, cap: float | None) -> tuple:
-    """The described host's speed-up table of one family at 1, 2, 4, ... ``cores`` threads."""
-    eff = ASSUMED_THREAD_EFF.get(name, DEFAULT_ASSUMED_EFF) if base_cores <= 1 else None
+def _speedups(cost: OpCost, name: str, base_cores: int, cores: int, cap: float | None,
+              eff: float | None = None) -> tuple:
+    """The described host's speed-up table of one family at 1, 2, 4, ... ``cores`` threads; ``eff``: the efficiency
+    of the threads beyond ``base_cores`` (None: the base's last segment, or the assumed one for a one-core base)."""
+    if eff is None and base_cores <= 1:
+        eff = ASSUMED_THREAD_EFF.get(name, DEFAULT_ASSUMED_EFF)
+    known = max(1, base_cores)
     counts, t = [], 2
     while t < cores:
         counts.append(t)
         t *= 2
     table = []
     for t in counts + ([cores] if cores > 1 else []):
-        s = 1.0 + (t - 1) * eff if eff is not None else cost.speedup(t)
+        if eff is not None and t > known:
+            s = cost.speedup(known) + (t - known) * eff
+        else:
+            s = cost.speedup(t)
         table.append((float(t), min(s, cap) if cap is not None else s))
     return tuple(table)
 
@@ -103,9 +113,12 @@ def describe_profile(spec: str, resolve: Any) -> Profile:
     elem_rate = base.op("elementwise").rate
     bw = _amount(fields["membw"], base_bandwidth(base), 1e9) if "membw" in fields else None
     cap = max(1.0, bw / elem_rate) if bw is not None else None
+    eff = float(fields["eff"]) if "eff" in fields else None
+    if eff is not None and not 0.0 < eff <= 1.0:
+        raise ValueError(f"describe: eff is a parallel efficiency in (0, 1], got {fields['eff']!r}")
     ops = {}
     for name, cost in base.ops.items():
-        table = _speedups(cost, name, base.cores_per_host, cores, cap if name in MEMORY_BOUND else None)
+        table = _speedups(cost, name, base.cores_per_host, cores, cap if name in MEMORY_BOUND else None, eff)
         ops[name] = replace(cost, speedups=table, colocation=(),
                             rate=gemm_rate if name == "gemm" else cost.rate)
     inter = base.inter_host
@@ -114,7 +127,9 @@ def describe_profile(spec: str, resolve: Any) -> Profile:
     ratio = cores / base.cores_per_host
     spread = {max(1, round(k * ratio)): v for k, v in base.progress_spread.items()}
     notes = [f"described, not calibrated: {spec} from {source} ({base.cores_per_host} cores)"]
-    if base.cores_per_host <= 1 and cores > 1:
+    if eff is not None and cores > base.cores_per_host:
+        notes.append(f"thread efficiency {eff:g} beyond the base's {base.cores_per_host} core(s), as described")
+    elif base.cores_per_host <= 1 and cores > 1:
         notes.append(f"thread efficiencies assumed (the base measured one core): {ASSUMED_THREAD_EFF}, others "
                      f"{DEFAULT_ASSUMED_EFF}")
     if cap is not None:
