@@ -14,7 +14,7 @@ from sarlab.simulator.calibration.calibration import Calibration
 from sarlab.simulator.hardware.describe import base_bandwidth, describe_profile, parse_spec
 from sarlab.simulator.hardware.host import CROWDED, FIT, regime
 from sarlab.simulator.hardware.profile import Link, OpCost, Profile
-from sarlab.simulator.hardware.provenance import resolve_profile
+from sarlab.simulator.hardware.provenance import profile_line, resolve_profile
 
 
 def base(cores: int = 2) -> Profile:
@@ -67,6 +67,8 @@ def test_one_core_base_gets_assumed_thread_efficiencies_said_in_the_notes():
     d = describe_profile("describe:cores=2", resolver(base(1)))
     assert d.op("gemm").speedup(2) == pytest.approx(1.85) and d.op("spmm").speedup(2) == pytest.approx(1.8)
     assert any("assumed" in n for n in d.notes)
+    # its line says the 2 cores are described, from a calibration of one
+    assert "2 cores described from a calibration on test cpu (1 core)" in profile_line(d, "describe:cores=2")
 
 
 def test_eff_sets_the_threads_beyond_the_base_for_every_family():

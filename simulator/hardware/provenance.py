@@ -59,6 +59,10 @@ def profile_line(profile: Profile, source: str) -> str:
     meta = profile.meta
     if meta.get("source") == "preset" or "machine" not in meta:
         return f"profile {profile.name} ({source}: {meta.get('machine', 'assumed figures')})"
+    if meta.get("source") == "describe":  # the host is described; the calibration was of the base's cores
+        n = meta.get("base_cores", "?")
+        return (f"profile {profile.name} from {source}: {profile.cores_per_host} cores described from a calibration "
+                f"on {meta['machine']} ({n} core{'' if n == 1 else 's'}) on {meta.get('date', 'an unknown date')}")
     return (f"profile {profile.name} from {source}: calibrated on {meta['machine']} "
             f"({profile.cores_per_host} cores) on {meta.get('date', 'an unknown date')}")  # fmt: skip
 
