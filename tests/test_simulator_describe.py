@@ -9,7 +9,7 @@ import pytest
 
 from sarlab.real.calibration.budget import busy_warning, expected_seconds
 from sarlab.real.calibration.hostbench import colocation_threads
-from sarlab.real.calibration.opbench import thread_counts
+from sarlab.real.calibration.opbench import THREAD_POINTS, speedup_rounds, thread_counts
 from sarlab.simulator.calibration.calibration import Calibration
 from sarlab.simulator.hardware.describe import base_bandwidth, describe_profile, parse_spec
 from sarlab.simulator.hardware.host import CROWDED, FIT, regime
@@ -99,6 +99,15 @@ def test_calibration_times_log2_thread_counts_and_few_colocation_groups():
     # the budget grows with log2(cores), not cores x seconds
     assert expected_seconds(full, 128) < 2.0 * expected_seconds(full, 16)
     assert expected_seconds(quick, 16) < expected_seconds(full, 16)
+
+
+def test_thread_speedup_rounds_hold_the_timed_calls_whatever_the_cores():
+    full = Calibration()
+    assert speedup_rounds(full, 2) == full.thread_rounds == 3  # the 2-core VM's calibrations: unchanged
+    for cores in (2, 3, 4, 8, 16, 64, 128):
+        rounds = speedup_rounds(full, cores)
+        assert rounds >= 1 and rounds * len(thread_counts(cores)) <= max(THREAD_POINTS, len(thread_counts(cores)))
+    assert speedup_rounds(full, 16) == 1 and speedup_rounds(Calibration(quick=True), 2) == 1
 
 
 def test_busy_machine_is_said_early_with_its_load():

@@ -8,11 +8,11 @@ and how long the retries of disturbed steps (:func:`sarlab.real.calibration.harn
 
 from __future__ import annotations
 
-import math
 import os
 
 from sarlab.real.calibration.harness import others_share
 from sarlab.real.calibration.hostbench import colocation_threads, share_seconds
+from sarlab.real.calibration.opbench import speedup_rounds, thread_counts
 from sarlab.simulator.calibration.calibration import Calibration
 
 #: seconds of the steps whose length does not depend on the cores (quick, full), on a quiet 2-core EPYC VM. Every
@@ -50,11 +50,11 @@ def _pick(cal: Calibration, pair: tuple[float, float]) -> float:
 
 
 def op_seconds(cal: Calibration, cores: int) -> float:
-    """Expected seconds of one op family: its shapes on one thread, then ``log2 C + 1`` thread counts per round
-    (none on one core)."""
-    counts = 1 + math.ceil(math.log2(cores)) if cores > 1 else 0
-    rounds = 1 if cal.quick else cal.thread_rounds
-    return _pick(cal, OP_BASE_S) + rounds * counts * _pick(cal, OP_PER_COUNT_S)
+    """Expected seconds of one op family: its shapes on one thread, then the timed thread counts (one thread and each
+    of :func:`~sarlab.real.calibration.opbench.thread_counts`) of each of its
+    :func:`~sarlab.real.calibration.opbench.speedup_rounds` (none on one core)."""
+    counts = len(thread_counts(cores)) if cores > 1 else 0
+    return _pick(cal, OP_BASE_S) + speedup_rounds(cal, cores) * counts * _pick(cal, OP_PER_COUNT_S)
 
 
 def step_seconds(cal: Calibration, step: str, cores: int = 2) -> float:

@@ -77,8 +77,22 @@ def thread_counts(cores: int) -> list[int]:
     return counts + ([cores] if cores > 1 else [])
 
 
+#: timed calls of one family's thread speed-ups in a full calibration, rounds x (one thread + each count): the 2-core
+#: VM's 3 rounds of 2. A host with more counts (``log2 C + 1``) gets fewer rounds, at least one, so that the step does
+#: not grow with the cores (16 cores: 1 round of 5 counts, ~50 s less than 3 rounds by :mod:`budget`'s per-count cost)
+THREAD_POINTS = 6
+
+
+def speedup_rounds(cal: Calibration, cores: int) -> int:
+    """Rounds of :func:`parallel_eff` on ``cores`` cores: :attr:`Calibration.thread_rounds`, fewer where its rounds of
+    :func:`thread_counts` would exceed :data:`THREAD_POINTS` timed calls (at least one; one in ``--quick``)."""
+    if cal.quick:
+        return 1
+    return max(1, min(cal.thread_rounds, THREAD_POINTS // len(thread_counts(cores))))
+
+
 def parallel_eff(cal: Calibration, found: Findings, cores: int, fn: Callable[[], Any], name: str) -> float:
-    """:math:`\\eta` of ``fn`` at all cores: the median over :attr:`Calibration.thread_rounds` rounds, each timing
+    """:math:`\\eta` of ``fn`` at all cores: the median over :func:`speedup_rounds` rounds, each timing
     one thread and then every count of :func:`thread_counts`, so that a shared machine's speed swings between
     rounds do not decide it from a single pair of timings; clipped to [0, 1]. Each count's median speed-up over
     the rounds goes to ``found.raw["thread_speedups"][name]`` (``[[T, s(T)], ...]``,
@@ -87,7 +101,7 @@ def parallel_eff(cal: Calibration, found: Findings, cores: int, fn: Callable[[],
         return 1.0
     counts = thread_counts(cores)
     per_count: dict[int, list[float]] = {t: [] for t in counts[1:]}
-    for _ in range(1 if cal.quick else cal.thread_rounds):
+    for _ in range(speedup_rounds(cal, cores)):
         one = time_call(fn, cal.repeats, wall=True)
         try:
             for t in counts[1:]:
