@@ -43,7 +43,7 @@ else
   GRAPH=${GRAPH:-synthetic:nodes=200000,degree=30,features=64,classes=16,seed=0}
   EPOCHS=${EPOCHS:-5}; SAR_PS=${SAR_PS:-1 8 2 4}; ONESHOT_PS=${ONESHOT_PS:-8 2 4}; CAL=${CAL:-full}
 fi
-CAL_MAX=${CAL_MAX:-300}        # the longest the full calibration may run (its own estimate for 16 cores: ~240 s)
+CAL_MAX=${CAL_MAX:-300}        # the longest the full calibration may run (its own estimate for 16 cores: ~190 s)
 QUICK_MAX=${QUICK_MAX:-60}     # the --quick fallback's limit (~20-60 s); also kept free when the full one is cut
 CAL_RESERVE=${CAL_RESERVE:-250} # seconds the sar grid leaves for the calibration that follows it
 RUN_MAX=${RUN_MAX:-150}        # one training run's limit
