@@ -15,6 +15,7 @@ from test_simulator_fixtures import hand_profile
 from sarlab.real.calibration.engine_runs import check_plan, child_plan, memory_scale_of
 from sarlab.simulator.calibration.fitting import fit_memory_ratio
 from sarlab.simulator.calibration.probe import probe_scale
+from sarlab.simulator.hardware.allocators import ratio_note
 from sarlab.simulator.hardware.profile import Profile, load_profile, save_profile
 from sarlab.simulator.studies.validate import markdown_table, validate
 from sarlab.simulator.system.replay import simulate_row
@@ -138,6 +139,13 @@ def test_validation_prices_and_names_each_allocator():
     assert by.loc["live", "allocator"] == "live" and by.loc["rss", "allocator"] == "rss = live x 2.30"
     assert by.loc["rss", "compute_scale_used"] == pytest.approx(RATIO * by.loc["live", "compute_scale_used"])
     assert "| allocator |" in markdown_table(table) and "rss = live x 2.30" in markdown_table(table)
+
+
+def test_records_priced_through_the_ratio_get_a_warning_and_others_none():
+    prof = replace(live_profile(), meta={"date": "2026-11-28"})
+    note = ratio_note(prof, ["live", "rss"])
+    assert note is not None and "rss = live x 2.30" in note and "2026-11-28" in note and "own day" in note
+    assert ratio_note(prof, ["live"]) is None and ratio_note(old_profile(), ["rss", "live"]) is None
 
 
 def test_the_ratio_is_the_median_of_paired_runs():

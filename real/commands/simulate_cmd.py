@@ -21,6 +21,7 @@ from sarlab.real.launch import outputs
 from sarlab.simulator import api
 from sarlab.simulator.api import MODEL_DEFAULTS  # ``sarlab train``'s model defaults, mirrored by the simulator
 from sarlab.simulator.calibration.measured import machine_mismatch, read_records
+from sarlab.simulator.hardware.allocators import ratio_note
 from sarlab.simulator.hardware.backends import BASE_BACKEND
 from sarlab.simulator.hardware.host import regime
 from sarlab.simulator.hardware.profile import PRESETS, Profile
@@ -296,6 +297,9 @@ def _validate(args: argparse.Namespace, profile: Profile, links: list) -> int:
             "simulator; run `sarlab calibrate` on the machine of the records and pass its profile with --profile",
             file=sys.stderr,
         )
+    note = ratio_note(profile, [str(m) for m in records.get("mem_method", pd.Series(dtype=str)).dropna().unique()])
+    if note:
+        warn(note)
     try:
         table = api.validate(records, profile, warmup=args.warmup, progress=say, drift=args.drift, links=links)
     except ValueError as err:

@@ -66,6 +66,21 @@ def memory_label(profile: Profile, method: str) -> str:
     return f"{method} as {own}" if ratio is None else f"{method} = {own} x {ratio:.2f}"
 
 
+def ratio_note(profile: Profile, methods: list[str]) -> str | None:
+    """A warning where records ran under a method that ``profile`` prices through its :attr:`memory_scale` ratio
+    (``methods``: the records' ``mem_method`` values), else None. The ratio was measured once, on the calibration's
+    day, and the fault-paying side drifts: ``rss`` over ``live`` epochs read 1.5-2.3 on different days of one
+    shared 2-core VM (results/host_model/shipped_profile)."""
+    through = sorted({m for m in methods if m and m != profile.compute_scale_memory
+                      and memory_ratio(profile, m) is not None})
+    if not through:
+        return None
+    said = ", ".join(memory_label(profile, m) for m in through)
+    day = profile.meta.get("date", "the day of the calibration")
+    return (f"records under {', '.join(through)} are priced through one ratio ({said}) measured on {day}; it drifts "
+            "from day to day on a shared machine, so predict such runs with a calibration of their own day")
+
+
 def checked_first_use(value: dict) -> dict[str, dict[str, float]]:
     """``{method: {family: bytes}}`` as floats; raises ValueError for a negative or non-finite byte count."""
     out = {str(m): {str(k): float(v) for k, v in fams.items()} for m, fams in (value or {}).items()}
