@@ -2,7 +2,8 @@
 
 Each test runs this file as a script in ``world`` child processes (``python test_ccl_backend.py SCENARIO RANK
 WORLD PORT``) that join one process group over a TCP store on 127.0.0.1 and check every op against values
-computed independently (numpy on inputs that every rank can regenerate from the ranks' seeds). The parent kills
+computed independently (numpy on inputs that every rank can regenerate from the ranks' seeds); the op checks
+(``test_ops``) share one such run per world size, every check in turn in one process group. The parent kills
 the children's process groups on its hard timeout, so no child outlives a test, and fails with their output.
 Skipped only when :func:`sarlab.kernels.ccl.available` says a library is missing.
 """
@@ -215,6 +216,12 @@ def _check_dead_peer(rank: int, world: int, how: str) -> None:
     os._exit(0)  # skip destroy_process_group and interpreter teardown with a broken group
 
 
+CHECKS = {"allreduce": _check_allreduce, "alltoall": _check_alltoall, "p2p": _check_p2p,
+          "collectives": _check_collectives}
+#: the op checks in the order one process group runs them (``ops``: all of them, one after another)
+SCENARIOS = tuple(CHECKS)
+
+
 def _child(scenario: str, rank: int, world: int, port: int) -> None:
     import torch.distributed as dist
 
@@ -228,12 +235,10 @@ def _child(scenario: str, rank: int, world: int, port: int) -> None:
     if scenario.startswith("dead_"):
         _check_dead_peer(rank, world, scenario[5:])
     else:
-        {
-            "allreduce": _check_allreduce,
-            "alltoall": _check_alltoall,
-            "p2p": _check_p2p,
-            "collectives": _check_collectives,
-        }[scenario](rank, world)
+        for name in SCENARIOS if scenario == "ops" else (scenario,):
+            CHECKS[name](rank, world)
+            dist.barrier()
+            print(f"rank {rank}: {name} OK", flush=True)
     dist.barrier()
     dist.destroy_process_group()
     print(f"rank {rank}: OK", flush=True)
@@ -298,10 +303,32 @@ def _spawn(
     return outputs, [p.returncode for p in procs], report
 
 
+@pytest.fixture(scope="module")
+def ops_run(built):
+    """``world`` -> the outputs, exit codes and report of one run of every op check (:data:`SCENARIOS`, in order, in
+    one process group of ``world`` children): started once per world size, by its first test. Three fresh
+    interpreters per scenario cost ~10 s of CPU, most of it starting up."""
+    runs: dict[int, tuple | BaseException] = {}
+
+    def run(world: int):
+        if world not in runs:
+            try:
+                runs[world] = _spawn("ops", world)
+            except pytest.fail.Exception as failed:  # the hard timeout: once, not again in every test
+                runs[world] = failed
+        if isinstance(runs[world], BaseException):
+            raise runs[world]
+        return runs[world]
+
+    return run
+
+
 @pytest.mark.parametrize("world", [pytest.param(2, marks=pytest.mark.slow), 3])  # 2 ranks with -m slow
-@pytest.mark.parametrize("scenario", ["allreduce", "alltoall", "p2p", "collectives"])
-def test_ops(built, scenario, world):
-    outputs, codes, report = _spawn(scenario, world)
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_ops(ops_run, scenario, world):
+    """Each op check passed on every rank (its own line), and the run of all of them ended cleanly."""
+    outputs, codes, report = ops_run(world)
+    assert all(f"rank {r}: {scenario} OK" in out for r, out in enumerate(outputs)), report
     assert codes == [0] * world, report
     assert all(f"rank {r}: OK" in out for r, out in enumerate(outputs)), report
 

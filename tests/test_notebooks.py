@@ -24,6 +24,9 @@ NOTEBOOKS = ("quickstart.ipynb", "memory_profiling.ipynb", "what_if.ipynb", "cus
 CELL_TIMEOUT_S = 300
 #: notebook -> (the name it sets, the smaller value the test gives it); see the module docstring
 TEST_PARAMETERS = {"pyg_model.ipynb": ("EPOCHS", 60)}
+#: notebook -> (figures it must show at least, text its outputs must print) where a test asks for more than a figure:
+#: planner's time/cost scatter and its sampled rows per layer, and the picks it prints
+MUST_SHOW = {"planner.ipynb": (2, ("best_value", "lowest_cost"))}
 
 
 def test_every_notebook_is_listed():
@@ -58,8 +61,12 @@ def test_notebook_runs(name, tmp_path):
     errors = [out for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])
               if out.get("output_type") == "error"]
     assert not errors, f"{name}: error outputs {errors}"
-    images = sum(1 for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])
-                 if "image/png" in out.get("data", {}))
-    assert images >= 1, f"{name}: no figure was displayed"
+    outputs = [out for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])]
+    images = sum(1 for out in outputs if "image/png" in out.get("data", {}))
+    figures, texts = MUST_SHOW.get(name, (1, ()))
+    assert images >= figures, f"{name}: {images} figure(s) displayed, expected at least {figures}"
+    text = "".join(out.get("text", "") for out in outputs)
+    missing = [t for t in texts if t not in text]
+    assert not missing, f"{name}: its outputs do not show {missing}"
     leftovers = sorted(p.name for p in tmp_path.iterdir() if p.name != name)
     assert not leftovers, f"{name} left files in its working directory: {leftovers}"

@@ -148,7 +148,7 @@ def _distributed(graph, workers: int, tmp_path) -> list[dict]:
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("workers", [2, 3, 4])
+@pytest.mark.parametrize("workers", [2, pytest.param(3, marks=pytest.mark.slow), 4])  # 3 with -m slow, as elsewhere
 def test_pyg_layers_gradients_equal_single_process(graph, workers, tmp_path):
     errors, problems = {}, []
     for (fused, mode), got in zip(VARIANTS, _distributed(graph, workers, tmp_path)):

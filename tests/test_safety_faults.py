@@ -15,7 +15,7 @@ import time
 
 import pytest
 from backends_common import BACKENDS_CCL_SLOW, built
-from conftest import ROOT, run_cli
+from conftest import ROOT, cli_here, run_cli
 
 from sarlab.data.graphs import synthetic_graph
 from sarlab.data.partition import partition
@@ -113,7 +113,13 @@ def test_torchrun_restart_resumes_with_one_command_line(pdir, tmp_path, backend)
         assert res.returncode == 0, res.stdout + res.stderr
         return json.load(open(out)), res.stdout + res.stderr
 
-    whole, _ = run("whole")
+    # the uninterrupted run: sarlab's launcher in this process, whose workers train as torchrun's ranks do (the same
+    # fp64 curve: tests/test_network.py::test_torchrun_across_two_emulated_hosts_matches_the_launcher), without a
+    # second torchrun's three fresh interpreters
+    out = tmp_path / "whole.json"
+    res = cli_here(["train", "--graph", pdir, *model, "--workers", "2", "--json", str(out)])
+    assert res.returncode == 0, res.stdout + res.stderr
+    whole = json.loads(out.read_text())
     ck = str(tmp_path / "ck")
     restarted, text = run("restarted", "--checkpoint", ck, "--checkpoint-every", "1", "--fault", "1:5:sigkill")
     last = {r["epoch"]: r["loss"] for r in whole if r["rank"] == 0}

@@ -14,7 +14,10 @@
 // point-to-point ops between a pair of ranks are matched in posting order per direction (the k-th send
 // from A to B meets the k-th recv on B from A), whatever the order of ops with other peers; c10d tags are
 // accepted but not used for matching (see README in the loader).
-#include <torch/extension.h>
+// torch/csrc/utils/pybind.h rather than torch/extension.h: the backend needs ATen, c10d and pybind11 with torch's
+// type casters, not the C++ frontend (torch/all.h: nn, optim, data) that extension.h adds; parsing that was a
+// quarter of the first build's compile time (~44 -> ~31 s of CPU on the 2-core VM).
+#include <torch/csrc/utils/pybind.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
