@@ -37,8 +37,9 @@ def test_gat_shard_is_one_op_of_its_family(fused):
     """gatbench times the whole accumulate / shard_vjp: a shard is one op, no copies or adds beside it."""
     plan = _plan(fused)
     rows = N * (1 - math.exp(-E / N)) if fused else N  # the fused kernels skip rows without an edge
-    # the gathered source rows are the exchanged rows, z and the score column (W), as the cache sweep counts them
-    fwd = Op("gat_fused" if fused else "gat_unfused", E * HC, rows=rows * HC, gather_bytes=NS * W * B)
+    # the gathered source rows are the exchanged rows, z and the score column (W), as the cache sweep counts them;
+    # each edge is visited once per head (its score, softmax and weight)
+    fwd = Op("gat_fused" if fused else "gat_unfused", E * HC, rows=rows * HC, gather_bytes=NS * W * B, edges=E * H)
     assert plan.shard_fwd(E, N, NS) == [fwd]
     bwd = plan.shard_bwd(E, N, NS)
     assert len(bwd) == 1

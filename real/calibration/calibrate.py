@@ -126,6 +126,7 @@ def _measure_ops(cal: Calibration, found: Findings, cores: int, steps_total: int
             cost = replace(cost, speedups=tuple((float(t), max(0.1, float(s))) for t, s in measured))
             ops[op_name] = cost
             row = f", row {cost.row_rate:.3g}/s" if cost.row_rate else ""
+            row += f", edge visit {cost.edge_rate:.3g}/s" if cost.edge_rate else ""
             log(
                 f"    rate {cost.rate:.3g}/s{row}, overhead {cost.overhead_s * 1e6:.1f} us, "
                 f"bwd x{cost.bwd_ratio:.2f}, thread eff {cost.parallel_eff:.2f} "

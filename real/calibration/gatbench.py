@@ -6,9 +6,11 @@ recomputes the attention) and the unfused form under torch autograd (``sa``, ``o
 unit: edge*head*channel; per shape of ``n`` rows, degree ``d``, ``H`` heads and ``C`` channels the forward time
 is fitted as
 
-.. math:: t = o + \\frac{n d H C}{r} + \\frac{n H C}{r_{row}}
+.. math:: t = o + \\frac{n d H C}{r} + \\frac{n H C}{r_{row}} + \\frac{n d H}{r_e}
 
-(:func:`sarlab.simulator.calibration.fitting.fit_op`).
+(:func:`sarlab.simulator.calibration.fitting.fit_op`). Each edge-head's score, softmax and weight cost the same
+whatever ``C``: on the fused kernels they were ~80 % of an edge's forward at 32 channels (2026-11-28), so a price per
+edge-head-channel alone made 8-channel heads 4x too cheap and 128-channel heads 2-4x too dear.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ def gat_shapes(cal: Calibration) -> list[tuple[int, int, int, int]]:
     tiny = [(64, 2, 1, 8)]  # pins the per-call overhead
     if cal.quick:
         return [(2000, 4, 2, 16), (2000, 16, 2, 16), (6000, 4, 1, 16)] + tiny
-    shapes = [(20000, 4, 4, 32), (20000, 16, 4, 32), (40000, 8, 1, 32), (10000, 32, 2, 32), (40000, 2, 4, 16)]
+    shapes = [(20000, 4, 4, 32), (20000, 16, 4, 32), (40000, 8, 1, 32), (10000, 32, 2, 32), (40000, 2, 4, 16),
+              (20000, 8, 4, 8), (4000, 16, 4, 128)]  # narrow and wide heads: the per-edge-head cost apart
     return shapes + tiny
 
 
@@ -49,7 +52,7 @@ def gat_shapes(cal: Calibration) -> list[tuple[int, int, int, int]]:
 #: thread speed-ups are still timed on it: on the next-slowest shape both forms measured lower efficiencies (unfused
 #: 0.14 against 0.31, autograd 0.56 against 0.68: medians of alternating runs). The fused form keeps it in its fit:
 #: its backward ratio moves without it.
-UNFUSED_LEFT_OUT = frozenset({(20000, 16, 4, 32)})
+UNFUSED_LEFT_OUT = frozenset({(20000, 16, 4, 32), (4000, 16, 4, 128)})
 
 
 def form_shapes(cal: Calibration, fused: bool) -> list[tuple[int, int, int, int]]:
@@ -119,7 +122,7 @@ def _bench(cal: Calibration, found: Findings, cores: int, gen: torch.Generator, 
         tb = time_call(backward, cal.repeats)
         if autograd:  # the timed backward ran the forward too
             tb = max(tb - tf, 0.1 * tf)
-        rows_fit.append([1.0, n * deg * heads * ch, n * heads * ch])
+        rows_fit.append([1.0, n * deg * heads * ch, n * heads * ch, n * deg * heads])
         fwd.append(tf)
         bwd.append(tb)
         if last is None or tf > last[0]:
@@ -130,10 +133,11 @@ def _bench(cal: Calibration, found: Findings, cores: int, gen: torch.Generator, 
         att = AttentionAggregation(heads, ch, SLOPE, self_loops=False, fused=fused, backend=None)
         last = (0.0, (autograd_calls if autograd else gat_calls)(att, *gat_inputs(n, deg, heads, ch, gen))[0])
     eff = parallel_eff(cal, found, cores, last[1], name)
-    rate, overhead, row_rate, ratio = fit_op(rows_fit, fwd, bwd, 2e8 if fused else 5e7)
+    fit = fit_op(rows_fit, fwd, bwd, 2e8 if fused else 5e7)
     found.raw[name] = {"shapes": shapes, "fwd": fwd, "bwd": bwd,
                        "entry": "sarlab.nn.gat.AttentionAggregation"}
-    return OpCost(rate=rate, overhead_s=overhead, bwd_ratio=ratio, parallel_eff=eff, row_rate=row_rate)
+    return OpCost(rate=fit.rate, overhead_s=fit.overhead_s, bwd_ratio=fit.bwd_ratio, parallel_eff=eff,
+                  row_rate=fit.row_rate, edge_rate=fit.edge_rate, edge_bwd_ratio=fit.edge_bwd_ratio)
 
 
 def bench_gat_autograd(cal: Calibration, found: Findings, cores: int, gen: torch.Generator) -> OpCost:
@@ -186,7 +190,9 @@ def _with_cache(cal: Calibration, found: Findings, gen: torch.Generator, cost: O
         forward, backward = gat_calls(att, *gat_inputs(n, deg, heads, ch, gen))
         both = time_call(forward, cal.repeats) + time_call(backward, cal.repeats)
         rows_s = active_rows(n * deg, n) * heads * ch / cost.row_rate if cost.row_rate else 0.0
-        edge_s.append(both / (1.0 + cost.bwd_ratio) - cost.overhead_s - rows_s)
+        visits = n * deg * heads / cost.edge_rate if cost.edge_rate else 0.0  # each edge-head's own cost
+        rho_e = cost.bwd_ratio if cost.edge_bwd_ratio is None else cost.edge_bwd_ratio
+        edge_s.append((both - (1.0 + rho_e) * visits) / (1.0 + cost.bwd_ratio) - cost.overhead_s - rows_s)
         work.append(float(n * deg * heads * ch))
         gathered.append(n * (heads * ch + heads) * 4.0)
     found.raw["gat_fused"]["cache_sweep"] = {"rows": list(CACHE_ROWS), "shape": list(CACHE_SWEEP), "edge_s": edge_s}

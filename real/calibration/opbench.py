@@ -26,6 +26,7 @@ from sarlab.real.calibration.ranks import random_shard
 from sarlab.simulator.calibration.calibration import Calibration, Findings
 from sarlab.simulator.calibration.fitting import fit_cache, fit_nonnegative, fit_op, rate_from, thread_eta
 from sarlab.simulator.hardware.profile import OpCost
+from sarlab.simulator.workload.ops import spmm_passes
 
 
 def bench_gemm(cal: Calibration, found: Findings, cores: int) -> OpCost:
@@ -130,6 +131,8 @@ def sparse_shapes(cal: Calibration, scale: float = 1.0) -> list[tuple[int, int, 
             (60000, 4, 32),
             (8000, 16, 256),
             (16000, 64, 64),
+            (40000, 16, 16),  # narrow and wide rows over the same edges: the per-edge cost apart from the per-feature
+            (10000, 24, 128),
         ]
     return [(max(64, int(n * scale)), d, f) for n, d, f in shapes] + [(64, 2, 8)]
 
@@ -160,9 +163,10 @@ def bench_spmm(cal: Calibration, found: Findings, cores: int, gen: torch.Generat
     over the shard's cached transposed index (the ring modes' local shard). Per shape of ``n`` rows, degree ``d``
     and ``f`` features the forward time is fitted as
 
-    .. math:: t = o + \frac{n d f}{r} + \frac{n f}{r_{row}}
+    .. math:: t = o + \frac{n d f}{r} + \frac{n f}{r_{row}} + \frac{n d\,p(f)}{r_e}
 
-    (:func:`sarlab.simulator.calibration.fitting.fit_op`; the backward ratio is the median of backward over forward).
+    with :math:`p(f)` the kernel's passes over a row's edges (:func:`sarlab.simulator.workload.ops.spmm_passes`)
+    (:func:`sarlab.simulator.calibration.fitting.fit_op`, which fits the backward's ratios too).
     The engine's other backward calls return ``A^T G`` as a fresh result (send buffers, oneshot): what that costs
     beyond the in-place product, per output byte, is ``fresh_rate`` (median over the shapes with outputs of
     1M+ elements whose out-of-place call took longer; none where no such shape did)."""
@@ -179,14 +183,15 @@ def bench_spmm(cal: Calibration, found: Findings, cores: int, gen: torch.Generat
             excess.append(out_of_place - tb)
             if out_of_place > tb:  # an overwrite may beat the in-place add: then no fresh-page cost to see
                 fresh.append(n * f * 4 / (out_of_place - tb))
-        rows.append([1.0, n * deg * f, n * f])
+        rows.append([1.0, n * deg * f, n * f, n * deg * spmm_passes(f)])
         fwd.append(tf)
         bwd.append(tb)
         if last is None or tf > last[0]:  # the slowest shape measures the thread efficiency
             last = (tf, (shard, x, state))
     shard, x, state = last[1]
     eff = parallel_eff(cal, found, cores, lambda: shard.spmm(x, out=state), "spmm")
-    rate, overhead, row_rate, ratio = fit_op(rows, fwd, bwd, 1e9)
+    fit = fit_op(rows, fwd, bwd, 1e9)
+    rate, overhead, row_rate = fit.rate, fit.overhead_s, fit.row_rate
     # past the cache: the same product on growing matrices; what the in-cache fit leaves unexplained
     # is the cost of gathering rows from memory
     work, edge_s, gathered = [], [], []
@@ -195,7 +200,8 @@ def bench_spmm(cal: Calibration, found: Findings, cores: int, gen: torch.Generat
         src, acc = torch.ones(n, f), torch.zeros(n, f)
         t = time_call(lambda sh=big, x=src, s=acc: sh.spmm(x, out=s), 2)
         work.append(float(n * deg * f))
-        edge_s.append(max(t - overhead - (n * f / row_rate if row_rate else 0.0), 1e-9))
+        per_edge = n * deg * spmm_passes(f) / fit.edge_rate if fit.edge_rate else 0.0
+        edge_s.append(max(t - overhead - (n * f / row_rate if row_rate else 0.0) - per_edge, 1e-9))
         gathered.append(float(n * f * 4))
         del big, src, acc
     llc, mem_rate = fit_cache(work, edge_s, gathered, rate) if work else (0.0, rate)
@@ -203,9 +209,10 @@ def bench_spmm(cal: Calibration, found: Findings, cores: int, gen: torch.Generat
                          "fresh_excess_s": excess, "backend": backend, "entry": "sarlab.core.shards.Shard.spmm",
                          "cache_sweep": {"shapes": cache_sweep(cal), "edge_s": edge_s, "gathered_bytes": gathered}}
     found.raw["llc_bytes"] = llc
-    return OpCost(rate=rate, overhead_s=overhead, bwd_ratio=ratio, parallel_eff=eff, row_rate=row_rate,
+    return OpCost(rate=rate, overhead_s=overhead, bwd_ratio=fit.bwd_ratio, parallel_eff=eff, row_rate=row_rate,
                   mem_rate=mem_rate if llc > 0 else None,
-                  fresh_rate=float(statistics.median(fresh)) if fresh else None)
+                  fresh_rate=float(statistics.median(fresh)) if fresh else None,
+                  edge_rate=fit.edge_rate, edge_bwd_ratio=fit.edge_bwd_ratio)
 
 
 def bench_max(cal: Calibration, found: Findings, cores: int, gen: torch.Generator) -> OpCost:
@@ -226,16 +233,17 @@ def bench_max(cal: Calibration, found: Findings, cores: int, gen: torch.Generato
         g = torch.randn(n, f)
         tb = time_call(lambda sh=shard, x=x, sv=saved, o=out, g=g: agg.shard_vjp(None, sv, o, sh, x, None, (), g),
                        cal.repeats)
-        rows.append([1.0, n * deg * f, n * f])
+        rows.append([1.0, n * deg * f, n * f, n * deg])
         fwd.append(tf)
         bwd.append(tb)
         if last is None or tf > last[0]:
             last = (tf, (shard, x, state))
     shard, x, state = last[1]
     eff = parallel_eff(cal, found, cores, lambda: agg.accumulate(state, shard, x, None, ()), "max_aggr")
-    rate, overhead, row_rate, ratio = fit_op(rows, fwd, bwd, 1e8)
+    fit = fit_op(rows, fwd, bwd, 1e8)
     found.raw["max_aggr"] = {"shapes": shapes, "fwd": fwd, "bwd": bwd, "entry": "sarlab.core.aggregators.Aggregation"}
-    return OpCost(rate=rate, overhead_s=overhead, bwd_ratio=ratio, parallel_eff=eff, row_rate=row_rate)
+    return OpCost(rate=fit.rate, overhead_s=fit.overhead_s, bwd_ratio=fit.bwd_ratio, parallel_eff=eff,
+                  row_rate=fit.row_rate, edge_rate=fit.edge_rate, edge_bwd_ratio=fit.edge_bwd_ratio)
 
 
 def bench_elementwise(cal: Calibration, found: Findings, cores: int) -> OpCost:

@@ -3,10 +3,10 @@ r"""Fitting calibration timings into profile numbers, and the check that a fit i
 Op families are fitted by non-negative least squares in relative error to
 
 .. math::
-    t = o + \frac{w}{r} + \frac{v}{r_{row}}
+    t = o + \frac{w}{r} + \frac{v}{r_{row}} + \frac{e}{r_e}
 
-(``w`` the family's work, ``v`` its dense-output row*feature work; :func:`fit_op`); the efficiency of each
-extra thread from one-thread and all-core times of one call, :math:`\eta = (t_1 / t_C - 1) / (C - 1)`
+(``w`` the family's work, ``v`` its dense-output row*feature work, ``e`` its edge visits; :func:`fit_op`); the
+efficiency of each extra thread from one-thread and all-core times of one call, :math:`\eta = (t_1 / t_C - 1) / (C - 1)`
 (:func:`thread_eta`), and of each extra co-located process from the rates alone and together
 (:func:`share_eta`); the last-level cache and the out-of-cache rate from a sweep of growing matrices
 (:func:`fit_cache`); a link's latency, per-message gap and bandwidth from ping-pong times (:func:`fit_link`);
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from scipy.optimize import nnls
@@ -43,15 +43,41 @@ def rate_from(coef: float, fallback: float) -> float:
     return 1.0 / coef if coef > 0 else fallback
 
 
-def fit_op(
-    rows: list[list[float]], fwd: list[float], bwd: list[float], fallback_rate: float
-) -> tuple[float, float, float | None, float]:
-    """(rate, overhead, row rate or None, backward ratio) of a sparse family from its shapes' design rows
-    ``[1, w, v]``, forward and backward times; the backward ratio is the median of backward over forward."""
-    coef = fit_nonnegative(np.array(rows), np.array(fwd))
+class OpFit(NamedTuple):
+    """A sparse family's fitted costs (:func:`fit_op`; the fields of :class:`~sarlab.simulator.hardware.opcost.OpCost`
+    of the same names)."""
+
+    rate: float
+    overhead_s: float
+    row_rate: float | None
+    bwd_ratio: float
+    edge_rate: float | None = None
+    edge_bwd_ratio: float | None = None
+
+
+def fit_op(rows: list[list[float]], fwd: list[float], bwd: list[float], fallback_rate: float) -> OpFit:
+    r"""A sparse family's costs from its shapes' design rows ``[1, w, v]`` or ``[1, w, v, e]`` (``e``: edge visits),
+    forward and backward times.
+
+    The forward is :math:`t = o + w/r + v/r_{row} + e/r_e` (:func:`fit_nonnegative`). Without an edge term (no such
+    column, or its coefficient 0) the backward ratio is the median of backward over forward; with one, the backward is
+    fitted as :math:`\rho\,(o + w/r + v/r_{row}) + \rho_e\,e/r_e` (non-negative, relative error): GAT's backward
+    grows with the channels faster than its forward, so one ratio over-prices narrow heads' backward."""
+    design, t_fwd = np.array(rows, dtype=float), np.array(fwd, dtype=float)
+    coef = fit_nonnegative(design, t_fwd)
     row_rate = 1.0 / coef[2] if coef[2] > 0 else None
     ratio = statistics.median(b / f for b, f in zip(bwd, fwd, strict=True)) if bwd else 2.0
-    return rate_from(coef[1], fallback_rate), float(coef[0]), row_rate, float(ratio)
+    rate, overhead = rate_from(coef[1], fallback_rate), float(coef[0])
+    if design.shape[1] < 4 or coef[3] <= 0:
+        return OpFit(rate, overhead, row_rate, float(ratio))
+    edge_part = design[:, 3] * coef[3]
+    main_part = design[:, :3] @ coef[:3]
+    if not bwd:
+        return OpFit(rate, overhead, row_rate, float(ratio), float(1.0 / coef[3]), None)
+    rho, rho_e = fit_nonnegative(np.stack([main_part, edge_part], axis=1), np.array(bwd, dtype=float))
+    if rho <= 0 or rho_e <= 0:  # the backward does not tell the two apart: one ratio, as without the term
+        return OpFit(rate, overhead, row_rate, float(ratio), float(1.0 / coef[3]), None)
+    return OpFit(rate, overhead, row_rate, float(rho), float(1.0 / coef[3]), float(rho_e))
 
 
 def thread_eta(one: float, all_cores: float, cores: int) -> float:

@@ -28,12 +28,14 @@ class OpCost:
     """Cost of one op family on one thread.
 
     .. math::
-        t_{fwd}(w, v, T) = k\\,o + \\frac{w}{r\\,s(T)} + \\frac{v}{r_{row}\\,s(T)}, \\qquad
-        s(T) = 1 + (T-1)\\,\\eta, \\qquad t_{bwd} = \\rho\\, t_{fwd}
+        t_{fwd}(w, v, e, T) = k\\,o + \\frac{w}{r\\,s(T)} + \\frac{v}{r_{row}\\,s(T)} + \\frac{e}{r_e\\,s(T)},
+        \\qquad s(T) = 1 + (T-1)\\,\\eta, \\qquad
+        t_{bwd} = \\rho \\Big(k\\,o + \\frac{w}{r\\,s(T)} + \\frac{v}{r_{row}\\,s(T)}\\Big)
+        + \\rho_e \\frac{e}{r_e\\,s(T)}
 
-    for ``k`` calls with work ``w`` and dense-output work ``v`` (row*feature) on ``T`` threads; where ``s(T)`` was
-    measured at several thread counts (``speedups``) it is read from them instead: linear between the measured
-    counts (and ``s(1) = 1``), the last segment's slope beyond them.
+    for ``k`` calls with work ``w``, dense-output work ``v`` (row*feature) and ``e`` edge visits on ``T`` threads;
+    where ``s(T)`` was measured at several thread counts (``speedups``) it is read from them instead: linear between
+    the measured counts (and ``s(1) = 1``), the last segment's slope beyond them.
 
     Args:
         rate: work units per second on one thread (unit: :data:`OP_UNITS`).
@@ -49,6 +51,10 @@ class OpCost:
             memory rather than the last-level cache (:attr:`Profile.llc_bytes`); ``None`` = ``rate`` always.
         fresh_rate: bytes per second of an out-of-place result on new pages (``Op.fresh``): what such a
             call costs beyond the same product added in place into touched memory; ``None`` = no such term.
+        edge_rate: edge visits per second (``Op.edges``: edges x heads for GAT, edges x passes for SpMM): the cost
+            of an edge that does not grow with the features (the index walk, GAT's per-head score, softmax and
+            weight); ``None`` = no such term (profiles calibrated before it, the presets).
+        edge_bwd_ratio: ``rho_e``, the backward's edge term over the forward's; ``None`` = ``bwd_ratio``.
         speedups: ``((T, s(T)), ...)``: the speed-up of one process at ``T`` threads over one thread, measured at
             the thread counts runs use (1, 2, 4, ... cores); empty = ``1 + (T-1) parallel_eff``.
         colocation: ``((T, eta_T), ...)``: the efficiency of each extra co-located rank of ``T`` threads (``C / T``
@@ -66,6 +72,8 @@ class OpCost:
     fresh_rate: float | None = None
     speedups: tuple[tuple[float, float], ...] = ()
     colocation: tuple[tuple[float, float], ...] = ()
+    edge_rate: float | None = None
+    edge_bwd_ratio: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "speedups", table_pairs(self.speedups, "OpCost.speedups"))
@@ -82,6 +90,10 @@ class OpCost:
             raise ValueError(f"OpCost.mem_rate must be > 0 or None, got {self.mem_rate}")
         if self.fresh_rate is not None and not (self.fresh_rate > 0):
             raise ValueError(f"OpCost.fresh_rate must be > 0 or None, got {self.fresh_rate}")
+        if self.edge_rate is not None and not (self.edge_rate > 0):
+            raise ValueError(f"OpCost.edge_rate must be > 0 or None, got {self.edge_rate}")
+        if self.edge_bwd_ratio is not None and not (self.edge_bwd_ratio >= 0):
+            raise ValueError(f"OpCost.edge_bwd_ratio must be >= 0 or None, got {self.edge_bwd_ratio}")
         if self.share_eff is not None and not (0 <= self.share_eff <= 1):
             raise ValueError(f"OpCost.share_eff must be in [0, 1] or None, got {self.share_eff}")
 

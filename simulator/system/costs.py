@@ -19,6 +19,8 @@ class CostModel:
         + \\frac{1-h}{r_{mem}}\\Big) + \\frac{v}{r_{row}\\,s(T)}\\right) + \\frac{u}{r_{fresh}\\,s(T)}\\right],
         \\qquad s(T) = 1 + (T-1)\\eta, \\qquad h = \\min(1, L / G)
 
+    plus :math:`\\sigma\\,\\rho_e^{[bwd]}\\,e / (r_e\\,s(T))` for ``e`` edge visits (``Op.edges``) where the family has
+    an ``edge_rate`` ``r_e`` (``rho_e``: its ``edge_bwd_ratio``, else ``rho``),
     with ``k`` calls, overhead ``o``, work ``w``, dense-output work ``v``, ``u`` bytes of fresh out-of-place
     output, rates ``r``, ``r_row`` and ``r_fresh`` (``fresh_rate``; no term without one), thread efficiency
     ``eta``, backward ratio ``rho`` (backward ops only) and ``sigma`` the dtype slowdown times ``scale``
@@ -62,6 +64,9 @@ class CostModel:
             t = t + op.rows / (cost.row_rate * speed)
         if op.backward:
             t = t * cost.bwd_ratio
+        if cost.edge_rate is not None and np.any(np.asarray(op.edges) > 0):
+            ratio = (cost.bwd_ratio if cost.edge_bwd_ratio is None else cost.edge_bwd_ratio) if op.backward else 1.0
+            t = t + ratio * op.edges / (cost.edge_rate * speed)
         if cost.fresh_rate is not None:
             t = t + op.fresh / (cost.fresh_rate * speed)
         return t * self._factor[op.family]

@@ -129,7 +129,8 @@ class LayerBackward:
             gathered = n * self.width * b
             fresh = 0.0 if in_place else num_src * self.width * b
             rows = active_rows(edges, num_src) * self.width
-            return [Op("spmm", edges * self.width, rows=rows, backward=True, gather_bytes=gathered, fresh=fresh)]
+            return [Op("spmm", edges * self.width, rows=rows, backward=True, gather_bytes=gathered, fresh=fresh,
+                       edges=edges * self.visits_per_edge)]
         fwd = self.shard_fwd(edges, n, num_src)[:1]
         return [replace(o, backward=True, rows=o.rows + num_src * self.width) for o in fwd]
 

@@ -25,7 +25,15 @@ import numpy as np
 from sarlab.simulator.workload import rgcn_layer
 from sarlab.simulator.workload.layer_backward import LayerBackward
 from sarlab.simulator.workload.model import ModelSpec
-from sarlab.simulator.workload.ops import ACTIVE_ROW_FAMILIES, FP64, ZERO_FILL_PASSES, Number, Op, active_rows
+from sarlab.simulator.workload.ops import (
+    ACTIVE_ROW_FAMILIES,
+    FP64,
+    ZERO_FILL_PASSES,
+    Number,
+    Op,
+    active_rows,
+    spmm_passes,
+)
 from sarlab.simulator.workload.workload import RelationStats
 
 #: GAT ``pre`` forward, bytes per element of a row's ``H C`` columns: the products ``z * a`` read ``z`` and write
@@ -187,7 +195,8 @@ class LayerPlan(LayerBackward):
         b = self.bytes_per_element
         gathered = num_src * self.width * b  # whole exchanged rows (GAT: z and the score column, as gatbench's sweep)
         rows = active_rows(edges, n) if self.family in ACTIVE_ROW_FAMILIES else n
-        return [Op(self.family, edges * self.agg_width_in, rows=rows * self.agg_width, gather_bytes=gathered)]
+        return [Op(self.family, edges * self.agg_width_in, rows=rows * self.agg_width, gather_bytes=gathered,
+                   edges=edges * self.visits_per_edge)]
 
     def agg_init(self, n: Number) -> list[Op]:
         """The running state of a linear aggregation (``torch.zeros``, n x w), which the shards are then
@@ -212,6 +221,16 @@ class LayerPlan(LayerBackward):
             return []
         hc, heads = self.heads * self.channels, self.heads
         return [Op("elementwise", n * (2.0 * hc + 13.0 * heads) * self.bytes_per_element, calls=6)]
+
+    @property
+    def visits_per_edge(self) -> int:
+        """Edge visits (``Op.edges``) per edge of a shard: GAT's heads (each scores, normalises and weighs the edge),
+        the C++ SpMM's passes over the row's edges (:func:`~sarlab.simulator.workload.ops.spmm_passes`), else one."""
+        if self.kind == "gat":
+            return self.heads
+        if self.family == "spmm":
+            return spmm_passes(self.agg_width_in, self.bytes_per_element)
+        return 1
 
     @property
     def agg_width_in(self) -> int:

@@ -30,6 +30,20 @@ ACTIVE_ROW_FAMILIES = ("gat_fused", "spmm")
 ZERO_FILL_PASSES = 2.3
 
 
+def spmm_passes(width: int, bytes_per_element: int = 4) -> int:
+    """Passes the C++ shard SpMM makes over a row's edges for rows of ``width`` elements
+    (``kernels/csrc/spmm.cpp``): register blocks of 512 bytes while they fit, then one each of 256, 128 and 64
+    bytes where they fit, then one for the rest. Each pass walks the row's index and gathers part of every
+    source row again: the family's per-edge cost (``OpCost.edge_rate``) is paid once per pass."""
+    line = max(64 // max(int(bytes_per_element), 1), 1)
+    w = max(int(width), 1)
+    passes, rest = divmod(w, 8 * line)
+    for block in (4 * line, 2 * line, line):
+        if rest >= block:
+            passes, rest = passes + 1, rest - block
+    return passes + (1 if rest else 0)
+
+
 def edge_chunks(edges: Number, chunk: int = UNFUSED_CHUNK_EDGES) -> tuple[Number, Number]:
     """(edges per chunk at most, number of chunks) of a shard of ``edges`` edges processed in chunks."""
     e = np.asarray(edges, dtype=np.float64)
@@ -58,6 +72,9 @@ class Op:
             once it outgrows the last-level cache the gathers run at the family's ``mem_rate``.
         fresh: bytes of an out-of-place result on new pages, priced at the family's ``fresh_rate``
             (the sparse product's ``A^T g`` send buffers; its in-place calls have none).
+        edges: edge visits whose cost does not grow with the features, priced at the family's ``edge_rate``:
+            the index walk and, per head, GAT's score, softmax and weight (sparse families: edges x heads,
+            SpMM edges x :func:`spmm_passes`).
     """
 
     family: str
@@ -67,6 +84,7 @@ class Op:
     rows: Number = 0.0
     gather_bytes: Number = 0.0
     fresh: Number = 0.0
+    edges: Number = 0.0
 
 
 def loss_fwd(n_train: Number, num_classes: int, b: int) -> list[Op]:

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sarlab.simulator.workload.ops import ZERO_FILL_PASSES, Number, Op, active_rows
+from sarlab.simulator.workload.ops import ZERO_FILL_PASSES, Number, Op, active_rows, spmm_passes
 from sarlab.simulator.workload.workload import RelationStats
 
 #: destination rows per relation block (``RELATION_BLOCK_ROWS`` in ``sarlab/core/shards.py``)
@@ -105,7 +105,8 @@ def shard_fwd(split: RelationSplit, fi: int, fo: int, b: int, fused: bool, autog
         e = split.edges.sum(axis=-1)
         gathered = split.num_src[..., 0] * fi * b
         return [
-            Op("spmm", e * fi, calls=k, rows=m * fi, gather_bytes=gathered, fresh=m * fi * b),
+            Op("spmm", e * fi, calls=k, rows=m * fi, gather_bytes=gathered, fresh=m * fi * b,
+               edges=e * spmm_passes(fi, b)),
             Op("elementwise", 2.0 * m * fi * b, calls=k),
             Op("gemm", 2.0 * m * fi * fo, calls=k),
             Op("elementwise", 3.0 * m * fo * b, calls=k),
@@ -134,9 +135,11 @@ def shard_bwd(split: RelationSplit, fi: int, fo: int, b: int, fused: bool, autog
         per_block = m / np.maximum(k, 1.0)
         return zero + [
             Op("elementwise", 3.0 * m * fo * b, calls=k, backward=True),
-            Op("spmm", e * fi, calls=k, backward=True, rows=m * fi, gather_bytes=src * fi * b, fresh=m * fi * b),
+            Op("spmm", e * fi, calls=k, backward=True, rows=m * fi, gather_bytes=src * fi * b, fresh=m * fi * b,
+               edges=e * spmm_passes(fi, b)),
             Op("gemm", 2.0 * 2.0 * m * fi * fo, calls=2 * k),
-            Op("spmm", e * fi, calls=k, backward=True, rows=hit * fi, gather_bytes=per_block * fi * b),
+            Op("spmm", e * fi, calls=k, backward=True, rows=hit * fi, gather_bytes=per_block * fi * b,
+               edges=e * spmm_passes(fi, b)),
         ]
     e = split.edges.sum(axis=-1)
     regather = 0.0 if autograd else 2.0 * fi * b  # autograd kept the gathered rows
