@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from test_simulator_fixtures import hand_profile, run1, two_parts
 
-from sarlab.real.calibration.engine_runs import FAMILY_HIDDEN, child_plan
-from sarlab.simulator.calibration.fitting import FAMILY_BOUNDS, fit_family_scale
+from sarlab.real.calibration.engine_runs import FAMILY_HIDDEN, child_plan, run_one
+from sarlab.simulator.calibration.fitting import FAMILY_BOUNDS, aggregation_factors, fit_family_scale
 from sarlab.simulator.hardware.profile import Profile, load_profile, save_profile
 from sarlab.simulator.system.replay import family_seconds, simulate_row
 from sarlab.simulator.workload.model import ModelSpec
@@ -71,6 +71,29 @@ def test_fit_family_scale_recovers_the_factors_runs_were_built_with():
     assert alone["gemm"] == pytest.approx(gemm, rel=0.01) and alone["gat_fused"] == pytest.approx(rest, rel=0.01)
 
 
+def test_measured_aggregation_gives_its_family_factor_and_the_rest_is_fitted_around_it():
+    """Runs built with GEMM 1.3, SpMM 1.1, fused GAT 0.55 and the rest 0.6: each run's aggregation measured as its
+    factor times its price (one run unmeasured, a SAGE-max run of another family); the two aggregation factors are the
+    medians of measured over priced, and with them given, the fit recovers GEMM's and the rest's."""
+    k = {"gemm": 1.3, "spmm": 1.1, "gat_fused": 0.55}
+    rest = 0.6
+    splits = [_split(0.37, 0.18, 0.45), _split(0.59, 0.15, 0.26), _split(0.08, 0, 0.37, 0.55),
+              _split(0.30, 0.33, 0.36), _split(0.50, 0.29, 0.21), _split(0.08, 0, 0.36, 0.56)]
+    measured = [sum(k.get(f, rest) * v for f, v in s.items()) for s in splits]
+    aggregation = [1.1 * 0.18, 1.2 * 0.15, 0.55 * 0.55, None, 1.0 * 0.29, 0.55 * 0.56]
+    known = aggregation_factors(aggregation, splits)
+    assert known == pytest.approx({"spmm": 1.1, "gat_fused": 0.55})  # spmm: the median of 1.1, 1.2 and 1.0
+    found = fit_family_scale(measured, splits, known=known)
+    assert found == pytest.approx({"gemm": 1.3, "spmm": 1.1, "gat_fused": 0.55,
+                                   **dict.fromkeys(("max_aggr", "gat_unfused", "gat_autograd", "elementwise"), rest)},
+                                  rel=0.01)
+    # a run pricing two aggregation families, or none, measures neither; the factors keep within the bounds
+    assert aggregation_factors([1.0, 1.0], [{"spmm": 1.0, "max_aggr": 1.0}, {"gemm": 1.0}]) == {}
+    assert aggregation_factors([100.0], [{"spmm": 1.0}]) == {"spmm": FAMILY_BOUNDS[1]}
+    with pytest.raises(ValueError, match="one measurement"):
+        aggregation_factors([1.0], splits)
+
+
 def test_fit_family_scale_holds_its_bounds_leaves_out_what_no_run_holds_and_refuses_bad_input():
     splits = [_split(1.0, 0, 0), _split(0, 1.0, 0)]
     assert fit_family_scale([100.0, 0.001], splits) == {"gemm": FAMILY_BOUNDS[1],
@@ -123,6 +146,9 @@ def test_the_engine_plan_runs_gat_beside_gcn_and_sage_at_the_family_sizes(tmp_pa
                     ("3", "gcn", 256), ("3", "sage", 256)]
     quick = child_plan((1, 2), 0, 2, 2, 32, 2, tmp_path, family_sizes=(1, 2))
     assert {r["hidden"] for r in quick if r["model"] == "gat"} == {32}
+    # the live runs at the family sizes time their aggregation in one more epoch; the rss runs and the largest size not
+    timed = [(r["spec"].split(",")[0].split("=")[1], r["model"], r["memory"]) for r in plan if r["aggregation"]]
+    assert timed == [(n, m, "live") for n in ("1", "2") for m in ("gcn", "sage", "gat")]
 
 
 def test_the_engine_step_writes_the_family_factors_into_the_profile(monkeypatch, tmp_path):
@@ -138,3 +164,17 @@ def test_the_engine_step_writes_the_family_factors_into_the_profile(monkeypatch,
     assert prof.family_scale == {"gemm": 1.25, "gat_fused": 0.75}
     assert "family_scale" in prof.notes[-1] and "gemm 1.25" in prof.notes[-1]
     assert load_profile(save_profile(prof, tmp_path / "p.json")).family_scale == prof.family_scale
+
+
+def test_a_run_times_its_aggregation_in_one_more_epoch(tmp_path):
+    """A tiny one-worker GCN run of the calibration's child (under ``rss``: the test process keeps glibc's
+    allocator): the profiled epoch's aggregation takes some of the time and less than a timed epoch holds, in a
+    process that must see the engine's ``ShardAggregate`` events (0 would mean their names changed)."""
+    run = {"spec": "synthetic:nodes=3000,degree=10,features=32,classes=4,seed=1", "partition_dir": str(tmp_path / "p"),
+           "model": "gcn", "layers": 2, "hidden": 32, "epochs": 2, "threads": 1, "memory": "rss",
+           "aggregation": True}
+    records = run_one(run)
+    assert len(records) == 2
+    agg = records[-1]["aggregation_s"]
+    assert 0.0 < agg < 3 * max(r["epoch_time_s"] for r in records)
+    assert "aggregation_s" not in run_one({**run, "aggregation": False})[-1]

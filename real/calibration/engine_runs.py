@@ -20,6 +20,7 @@ one-worker ``sarlab train`` worker would), forked from the zygote as ``sarlab tr
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import os
@@ -42,6 +43,7 @@ from sarlab.core.config import EngineConfig
 from sarlab.core.shards import ShardedGraph
 from sarlab.data.partition import load_manifest, load_part
 from sarlab.nn.model import ModelConfig
+from sarlab.real.calibration.aggtime import aggregation_seconds
 from sarlab.real.calibration.harness import ROOT
 from sarlab.real.calibration.ranks import run_group
 from sarlab.real.launch.prepare import prepare_partition
@@ -49,6 +51,7 @@ from sarlab.simulator.calibration.calibration import Calibration
 from sarlab.simulator.calibration.fitting import (
     FAMILY_APART,
     FAMILY_BOUNDS,
+    aggregation_factors,
     fit_family_scale,
     fit_memory_ratio,
     fit_scale_curve,
@@ -128,12 +131,13 @@ def child_plan(sizes: tuple[int, ...], turn: int, ratio_size: int, layers: int, 
     """The runs of pass ``turn`` (0-based) in one child process (:func:`run_child`): GCN and SAGE under
     ``rss`` at ``ratio_size`` first (the counting allocator, once installed, stays), then under ``live`` at every
     size, ascending in even passes and descending in odd ones, with :data:`FAMILY_MODELS` beside them at
-    ``family_sizes`` (width :data:`FAMILY_HIDDEN`)."""
+    ``family_sizes`` (width :data:`FAMILY_HIDDEN`); the ``live`` runs at ``family_sizes`` measure their aggregation
+    in one more epoch (``aggregation``: :func:`sarlab.real.calibration.aggtime.aggregation_seconds`)."""
     def run(nodes: int, model: str, memory: str) -> dict[str, Any]:
         width = min(hidden, FAMILY_HIDDEN) if model in FAMILY_MODELS else hidden
         return {"spec": ENGINE_GRAPH.format(nodes=nodes), "partition_dir": str(parts / f"parts-{nodes}"),
                 "model": model, "layers": layers, "hidden": width, "epochs": epochs, "threads": 1,
-                "memory": memory}  # fmt: skip
+                "memory": memory, "aggregation": memory == CURVE_MEMORY and nodes in family_sizes}  # fmt: skip
 
     order = sizes if turn % 2 == 0 else sizes[::-1]
     return [*(run(ratio_size, m, OTHER_MEMORY) for m in ENGINE_MODELS),
@@ -150,7 +154,12 @@ def run_child(runs: list[dict[str, Any]], tmp: Path) -> list[pd.Series]:
     cmd = [sys.executable, "-m", "sarlab.real.calibration.engine_runs", str(plan), str(out)]
     run_group([cmd], [dict(os.environ)], "engine runs", CHILD_TIMEOUT_S)  # forked from the zygote, as the workers
     records = json.loads(out.read_text())["runs"]
-    return [summarize_measured(with_defaults(pd.DataFrame(recs)), warmup=1).iloc[0] for recs in records]
+    rows = []
+    for recs in records:
+        row = summarize_measured(with_defaults(pd.DataFrame(recs)), warmup=1).iloc[0].copy()
+        row["aggregation_s"] = recs[-1].get("aggregation_s") if recs else None
+        rows.append(row)
+    return rows
 
 
 def bench_engine(cal: Calibration, profile: Profile) -> tuple[float, tuple[tuple[float, float], ...], dict[str, Any]]:
@@ -237,22 +246,35 @@ def family_scale_of(rows: list[tuple[pd.Series, PartitionStats]], curved: Profil
     """The op families' factors relative to the curve (:attr:`Profile.family_scale`) from the curve method's runs
     ``rows`` (GCN, SAGE and :data:`FAMILY_MODELS`; each with its partition's statistics), each split over the
     families at ``curved``'s scale (:func:`sarlab.simulator.system.replay.family_seconds`) and fitted by
-    :func:`sarlab.simulator.calibration.fitting.fit_family_scale`; the splits are kept in ``raw["family_split"]``."""
+    :func:`sarlab.simulator.calibration.fitting.fit_family_scale`; the splits are kept in ``raw["family_split"]``.
+    The aggregation families whose time some runs measured (``aggregation_s``, :mod:`sarlab.real.calibration.aggtime`)
+    take that as their factor (:func:`sarlab.simulator.calibration.fitting.aggregation_factors`) and the rest is
+    fitted around them."""
     if not rows:
         return {}
     splits = [family_seconds(row, curved, stats) for row, stats in rows]
     measured = [float(row["measured_epoch_time_s"]) for row, _ in rows]
-    raw["family_split"] = [{"model": str(row["model"]), "nodes": int(row["num_nodes"]), "measured_s": m, **split}
-                           for (row, _), m, split in zip(rows, measured, splits, strict=True)]  # fmt: skip
-    factors = fit_family_scale(measured, splits)
+    aggregation = [_or_none(row.get("aggregation_s")) for row, _ in rows]
+    raw["family_split"] = [{"model": str(row["model"]), "nodes": int(row["num_nodes"]), "measured_s": m,
+                            "aggregation_s": a, **split}
+                           for (row, _), m, a, split in zip(rows, measured, aggregation, splits, strict=True)]
+    known = aggregation_factors(aggregation, splits)
+    factors = fit_family_scale(measured, splits, known=known)
     low, high = FAMILY_BOUNDS
     apart = [f for f in FAMILY_APART if f in factors]
-    rest = next((v for f, v in factors.items() if f not in FAMILY_APART), None)
-    words = [f"{f} {factors[f]:.2f}" for f in apart] + ([f"every other family {rest:.2f}"] if rest is not None else [])
+    rest = next((v for f, v in factors.items() if f not in FAMILY_APART and f not in known), None)
+    words = ([f"{f} {factors[f]:.2f}" for f in apart]
+             + [f"{f} {v:.2f} (its aggregation timed)" for f, v in known.items()]
+             + ([f"every other family {rest:.2f}"] if rest is not None else []))
     bound = " (a bound reached)" if any(v in (low, high) for v in factors.values()) else ""
     log("    op families over the curve (" + ", ".join(dict.fromkeys(str(r["model"]).upper() for r, _ in rows))
         + " runs): " + ", ".join(words) + bound)
     return factors
+
+
+def _or_none(value: Any) -> float | None:
+    """A measured number, or None where the run measured none (NaN, None)."""
+    return None if value is None or not np.isfinite(float(value)) else float(value)
 
 
 def memory_scale_of(raw: dict[str, Any], log=lambda _line: None) -> tuple[str, dict[str, float]]:
@@ -376,6 +398,10 @@ def run_one(run: dict[str, Any]) -> list[dict[str, Any]]:
         rec = trainer.step(epoch, baseline)
         rec.update(extra, peak_vmhwm_bytes=memory.vmhwm_bytes())
         records.append(rec)
+    if run.get("aggregation"):  # one more epoch, not timed as one: its aggregation under the profiler
+        agg_s = aggregation_seconds(functools.partial(trainer.step, int(run["epochs"]), baseline))
+        for rec in records:
+            rec["aggregation_s"] = agg_s
     del trainer, graph, part
     gc.unfreeze()  # the next run's set-up is frozen on its own; this one's objects may go
     gc.collect()

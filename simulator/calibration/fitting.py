@@ -241,8 +241,29 @@ FAMILY_RIDGE = 0.002
 FAMILY_APART = ("gemm",)
 
 
+#: the families that price a shard's aggregation (one per run: the model and its kernels choose it)
+AGGREGATION_FAMILIES = ("spmm", "max_aggr", "gat_fused", "gat_unfused", "gat_autograd")
+
+
+def aggregation_factors(measured_s: Sequence[float | None], family_s: Sequence[dict[str, float]]) -> dict[str, float]:
+    """The aggregation families' factors relative to the compute-scale curve, measured directly: for each run whose
+    aggregation was timed (``measured_s``, None where not) and whose split (``family_s``, at the curve's scale) prices
+    exactly one of :data:`AGGREGATION_FAMILIES`, measured over priced; per family the median over its runs, held within
+    :data:`FAMILY_BOUNDS`. Families no run measured are left out."""
+    if len(measured_s) != len(family_s):
+        raise ValueError("aggregation_factors needs one measurement (or None) and one family split per run")
+    ratios: dict[str, list[float]] = {}
+    for agg, split in zip(measured_s, family_s, strict=True):
+        used = [f for f in AGGREGATION_FAMILIES if split.get(f, 0.0) > 0.0]
+        if agg is None or not agg > 0.0 or len(used) != 1:
+            continue
+        ratios.setdefault(used[0], []).append(agg / split[used[0]])
+    low, high = FAMILY_BOUNDS
+    return {f: float(np.clip(statistics.median(v), low, high)) for f, v in ratios.items()}
+
+
 def fit_family_scale(measured_s: Sequence[float], family_s: Sequence[dict[str, float]],
-                     apart: Sequence[str] = FAMILY_APART) -> dict[str, float]:
+                     apart: Sequence[str] = FAMILY_APART, known: dict[str, float] | None = None) -> dict[str, float]:
     r"""The op families' factors relative to the compute-scale curve
     (:attr:`~sarlab.simulator.hardware.profile.Profile.family_scale`) from engine runs of models whose predicted time
     splits differently over the families (GCN, SAGE and GAT: SAGE has two GEMMs a layer, GCN one, GAT's time is
@@ -260,24 +281,30 @@ def fit_family_scale(measured_s: Sequence[float], family_s: Sequence[dict[str, f
     Why two groups: with a factor per family (GEMM, SpMM, elementwise, fused attention) the 8 runs of one calibration
     moved the attention's factor from 0.97 to 1.55 between two sittings (single runs differ 10-20 % on the 2-core
     VM); GEMM against the rest is what the runs tell apart, since its share ranges from 8 % (GAT) to 59 % (SAGE).
-    Returns ``{family: factor}`` for the families of ``apart`` and every other family of
-    :data:`~sarlab.simulator.hardware.profile.OP_UNITS`.
+    ``known``: families whose factors were measured another way (:func:`aggregation_factors`): their seconds times
+    those factors are taken as they are, and the groups are fitted on the rest of each run (the shared group then
+    holds the families neither ``apart`` nor known). Returns ``{family: factor}`` for the families of ``apart``, of
+    ``known`` and every other family of :data:`~sarlab.simulator.hardware.profile.OP_UNITS`.
     """
+    known = dict(known or {})
     m = np.asarray(measured_s, dtype=float)
     if len(m) != len(family_s) or not len(m):
         raise ValueError("fit_family_scale needs one measured epoch and one family split per run, and a run at least")
     if not (np.all(np.isfinite(m)) and m.min() > 0):
         raise ValueError(f"fit_family_scale needs finite measured epochs > 0, got {list(m)}")
+    apart = [f for f in apart if f not in known]
     groups = [*apart, None]  # None: every other family
-    p = np.array([[sum(v for f, v in split.items() if (f == g if g else f not in apart)) for g in groups]
-                  for split in family_s], dtype=float)  # fmt: skip
-    shares = p / np.maximum(p.sum(axis=1, keepdims=True), 1e-30)
+    p = np.array([[sum(v for f, v in split.items() if (f == g if g else f not in apart and f not in known))
+                   for g in groups] for split in family_s], dtype=float)  # fmt: skip
+    given = np.array([sum(k * split.get(f, 0.0) for f, k in known.items()) for split in family_s], dtype=float)
+    total = p.sum(axis=1, keepdims=True) + given[:, None]
+    shares = p / np.maximum(total, 1e-30)
     fitted = [j for j in range(len(groups)) if shares[:, j].max() >= FAMILY_MIN_SHARE]
     if not fitted:
-        return {}
+        return dict(known)
     fixed = [j for j in range(len(groups)) if j not in fitted]
     a = p[:, fitted] / m[:, None]
-    b = 1.0 - p[:, fixed].sum(axis=1) / m
+    b = 1.0 - (p[:, fixed].sum(axis=1) + given) / m
     ridge = np.sqrt(FAMILY_RIDGE)
     k, *_ = np.linalg.lstsq(np.vstack([a, ridge * np.eye(len(fitted))]),
                             np.concatenate([b, ridge * np.ones(len(fitted))]), rcond=None)
@@ -285,8 +312,8 @@ def fit_family_scale(measured_s: Sequence[float], family_s: Sequence[dict[str, f
     found = {groups[j]: float(np.clip(v, low, high)) for j, v in zip(fitted, k, strict=True)}
     out = {g: v for g, v in found.items() if g is not None}
     if None in found:
-        out.update({f: found[None] for f in OP_UNITS if f not in apart})
-    return out
+        out.update({f: found[None] for f in OP_UNITS if f not in apart and f not in known})
+    return {**out, **known}
 
 
 def fit_message_costs(runs: Sequence[dict[str, Any]], small: int | None = None) -> dict[str, float]:
