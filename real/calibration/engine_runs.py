@@ -43,8 +43,7 @@ from sarlab.core.config import EngineConfig
 from sarlab.core.shards import ShardedGraph
 from sarlab.data.partition import load_manifest, load_part
 from sarlab.nn.model import ModelConfig
-from sarlab.real.calibration.aggtime import aggregation_seconds
-from sarlab.real.calibration.harness import ROOT
+from sarlab.real.calibration.harness import ROOT, aggregation_seconds
 from sarlab.real.calibration.ranks import run_group
 from sarlab.real.launch.prepare import prepare_partition
 from sarlab.simulator.calibration.calibration import Calibration
@@ -132,7 +131,7 @@ def child_plan(sizes: tuple[int, ...], turn: int, ratio_size: int, layers: int, 
     ``rss`` at ``ratio_size`` first (the counting allocator, once installed, stays), then under ``live`` at every
     size, ascending in even passes and descending in odd ones, with :data:`FAMILY_MODELS` beside them at
     ``family_sizes`` (width :data:`FAMILY_HIDDEN`); the ``live`` runs at ``family_sizes`` measure their aggregation
-    in one more epoch (``aggregation``: :func:`sarlab.real.calibration.aggtime.aggregation_seconds`)."""
+    in one more epoch (``aggregation``: :func:`sarlab.real.calibration.harness.aggregation_seconds`)."""
     def run(nodes: int, model: str, memory: str) -> dict[str, Any]:
         width = min(hidden, FAMILY_HIDDEN) if model in FAMILY_MODELS else hidden
         return {"spec": ENGINE_GRAPH.format(nodes=nodes), "partition_dir": str(parts / f"parts-{nodes}"),
@@ -247,9 +246,9 @@ def family_scale_of(rows: list[tuple[pd.Series, PartitionStats]], curved: Profil
     ``rows`` (GCN, SAGE and :data:`FAMILY_MODELS`; each with its partition's statistics), each split over the
     families at ``curved``'s scale (:func:`sarlab.simulator.system.replay.family_seconds`) and fitted by
     :func:`sarlab.simulator.calibration.fitting.fit_family_scale`; the splits are kept in ``raw["family_split"]``.
-    The aggregation families whose time some runs measured (``aggregation_s``, :mod:`sarlab.real.calibration.aggtime`)
-    take that as their factor (:func:`sarlab.simulator.calibration.fitting.aggregation_factors`) and the rest is
-    fitted around them."""
+    The aggregation families whose time some runs measured (``aggregation_s``,
+    :func:`sarlab.real.calibration.harness.aggregation_seconds`) take that as their factor
+    (:func:`sarlab.simulator.calibration.fitting.aggregation_factors`) and the rest is fitted around them."""
     if not rows:
         return {}
     splits = [family_seconds(row, curved, stats) for row, stats in rows]

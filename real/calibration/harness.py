@@ -69,6 +69,28 @@ def time_call(fn: Callable[[], Any], repeats: int, warmup: int = 1, wall: bool =
     return statistics.median(times) if single else min(times)
 
 
+#: profiler events of a single worker's aggregation (:class:`sarlab.core.aggregate.ShardAggregate`): the forward
+#: and its autograd backward
+AGGREGATION_EVENTS = ("ShardAggregate", "ShardAggregateBackward")
+
+
+def aggregation_seconds(step: Callable[[], Any]) -> float:
+    """The engine's own aggregation time while ``step()`` runs (one epoch of a calibration's engine run): the self CPU
+    time of :data:`AGGREGATION_EVENTS` under ``torch.profiler`` (CPU activity only); 0.0 where no such event ran.
+
+    It gives the sparse families' factors (:func:`sarlab.simulator.calibration.fitting.aggregation_factors`): fitted
+    by least squares from whole epochs, the aggregation shared one factor with the elementwise work (collinear on GCN
+    and SAGE runs), which the counting allocator speeds up, and came out at 0.35-0.7 of what torch.profiler measured
+    in the same epochs, narrow rows the least (results/host_model/width). Self time holds the shard kernels and the
+    Python around them, not the torch ops they call (the state's zero fill, the mean's division: priced as elementwise
+    work)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    return sum(ev.self_cpu_time_total for ev in prof.key_averages() if ev.key in AGGREGATION_EVENTS) / 1e6
+
+
 def set_threads(n: int) -> None:
     """Intra-op threads of torch in this process (at least one)."""
     torch.set_num_threads(max(1, n))
