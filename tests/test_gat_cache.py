@@ -11,7 +11,7 @@ import torch
 
 import sarlab.real.calibration.gatbench as gatbench
 from sarlab.simulator.calibration.calibration import Calibration, Findings
-from sarlab.simulator.calibration.fitting import fit_gather_rates
+from sarlab.simulator.calibration.fitting import FREE_RATE, fit_gather_rates
 from sarlab.simulator.hardware.profile import OpCost
 from sarlab.simulator.workload.layers import layer_plans
 from sarlab.simulator.workload.model import ModelSpec
@@ -30,6 +30,17 @@ def test_fit_gather_rates_recovers_the_rates_edge_times_were_built_with():
     gathered = [n * 132 * 4.0 for n in rows]
     found = fit_gather_rates([_edge_s(w, g) for w, g in zip(work, gathered, strict=True)], work, gathered, LLC)
     assert found == pytest.approx((RATE, MEM_RATE), rel=1e-6)
+
+
+def test_fit_gather_rates_leaves_out_shapes_with_no_time_left_and_takes_free_in_cache_work():
+    """In-cache work that costs nothing beside the other terms: the smallest shape has nothing left (left out), the
+    in-cache rate is the free one, the out-of-cache rate is still found."""
+    rows = (5_000, 20_000, 80_000)
+    work = [n * 8 * 128.0 for n in rows]
+    gathered = [n * 132 * 4.0 for n in rows]
+    edge_s = [w * (1.0 - min(1.0, LLC / g)) / MEM_RATE for w, g in zip(work, gathered, strict=True)]
+    edge_s[0] = -1e-6  # the other terms over-explain it
+    assert fit_gather_rates(edge_s, work, gathered, LLC) == (FREE_RATE, pytest.approx(MEM_RATE, rel=1e-6))
 
 
 def test_fit_gather_rates_refuses_shapes_that_cannot_tell_the_rates_apart():

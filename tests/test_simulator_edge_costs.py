@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 from test_simulator_fixtures import hand_profile
 
-from sarlab.simulator.calibration.fitting import fit_op
+from sarlab.simulator.calibration.fitting import FREE_RATE, fit_op
 from sarlab.simulator.hardware.opcost import OpCost
 from sarlab.simulator.system.costs import CostModel
 from sarlab.simulator.workload.layers import layer_plans
@@ -96,3 +96,17 @@ def test_layers_count_an_edge_once_per_head_or_pass(model, hidden, heads, visits
     edges = 1000
     got = [plan.shard_fwd(edges, 500, 500)[0].edges / edges for plan in plans]
     assert got == visits
+
+
+def test_work_that_costs_nothing_beside_the_edge_visits_is_free_not_the_fallback():
+    """Timings made of overhead, rows and edge visits only (GAT's in-cache channels on some days): the work's rate is
+    the free one, not the fallback of a family never measured (2e8/s had priced a 24,000-node GAT epoch at 2.5 s)."""
+    rows, fwd, bwd = [], [], []
+    for n, d, f in SHAPES:
+        e = n * d
+        rows.append([1.0, n * d * f, n * f, e])
+        fwd.append(O + n * f / R_ROW + e / R_EDGE)
+        bwd.append(RHO * (O + n * f / R_ROW) + RHO_E * e / R_EDGE)
+    fit = fit_op(rows, fwd, bwd, 2e8)
+    assert fit.rate == FREE_RATE
+    assert (fit.edge_rate, fit.row_rate) == (pytest.approx(R_EDGE, rel=1e-6), pytest.approx(R_ROW, rel=1e-6))

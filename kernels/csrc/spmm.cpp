@@ -43,24 +43,20 @@ inline void block_sum(const int64_t* __restrict__ col, int64_t begin, int64_t en
   }
 }
 
-// The last w < W columns [f0, f0 + w) in one pass over the row's edges (a runtime width in a W-wide register
-// block): the same additions in the same order as one column at a time, so the same bits, but the edges and
-// their source rows are walked once rather than w times.
+// The last w < W columns [f0, f0 + w) in one pass over the row's edges, as a register block of exactly w columns
+// (the compile-time width chosen by w: W - 1, W - 2, ... down to 1): the same additions in the same order as one
+// column at a time, so the same bits, but the edges and their source rows are walked once rather than w times, and
+// the block is vectorised as a wider one is (a loop to a run-time width compiled to scalar code: no faster at 7
+// columns, slower at 4; results/kernels/spmm_tail).
 template <typename scalar_t, int W>
-inline void tail_sum(const int64_t* __restrict__ col, int64_t begin, int64_t end, const scalar_t* __restrict__ x,
-                     int64_t F, int64_t f0, int w, scalar_t* __restrict__ o, bool accumulate) {
-  scalar_t a[W];
-  const scalar_t* __restrict__ x0 = x + col[begin] * F + f0;
-  for (int f = 0; f < w; ++f) a[f] = x0[f];
-  for (int64_t k = begin + 1; k < end; ++k) {
-    if (f0 == 0 && k + kAhead < end) prefetch_row(x + col[k + kAhead] * F, F);
-    const scalar_t* __restrict__ xj = x + col[k] * F + f0;
-    for (int f = 0; f < w; ++f) a[f] += xj[f];
-  }
-  if (accumulate) {
-    for (int f = 0; f < w; ++f) o[f] += a[f];
-  } else {
-    for (int f = 0; f < w; ++f) o[f] = a[f];
+inline void tail_block(const int64_t* __restrict__ col, int64_t begin, int64_t end, const scalar_t* __restrict__ x,
+                       int64_t F, int64_t f0, int w, scalar_t* __restrict__ o, bool accumulate) {
+  if constexpr (W > 0) {
+    if (w == W) {
+      block_sum<scalar_t, W>(col, begin, end, x, F, f0, o, accumulate);
+    } else {
+      tail_block<scalar_t, W - 1>(col, begin, end, x, F, f0, w, o, accumulate);
+    }
   }
 }
 
@@ -95,7 +91,8 @@ void spmm_rows(const int64_t* __restrict__ rowptr, const int64_t* __restrict__ c
       block_sum<scalar_t, kLine>(col, begin, end, x, F, f0, oi + f0, accumulate);
       f0 += kLine;
     }
-    if (f0 < F) tail_sum<scalar_t, kLine>(col, begin, end, x, F, f0, static_cast<int>(F - f0), oi + f0, accumulate);
+    if (f0 < F) tail_block<scalar_t, kLine - 1>(col, begin, end, x, F, f0, static_cast<int>(F - f0), oi + f0,
+                                                accumulate);
   }
 }
 

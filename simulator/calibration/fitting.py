@@ -43,6 +43,11 @@ def rate_from(coef: float, fallback: float) -> float:
     return 1.0 / coef if coef > 0 else fallback
 
 
+#: work units per second of a family whose work the fit found to cost nothing measurable beside its per-edge and
+#: per-row terms (a billion units then take a microsecond)
+FREE_RATE = 1e15
+
+
 class OpFit(NamedTuple):
     """A sparse family's fitted costs (:func:`fit_op`; the fields of :class:`~sarlab.simulator.hardware.opcost.OpCost`
     of the same names)."""
@@ -67,9 +72,11 @@ def fit_op(rows: list[list[float]], fwd: list[float], bwd: list[float], fallback
     coef = fit_nonnegative(design, t_fwd)
     row_rate = 1.0 / coef[2] if coef[2] > 0 else None
     ratio = statistics.median(b / f for b, f in zip(bwd, fwd, strict=True)) if bwd else 2.0
-    rate, overhead = rate_from(coef[1], fallback_rate), float(coef[0])
     if design.shape[1] < 4 or coef[3] <= 0:
-        return OpFit(rate, overhead, row_rate, float(ratio))
+        return OpFit(rate_from(coef[1], fallback_rate), float(coef[0]), row_rate, float(ratio))
+    # with edge visits the work's own cost may fit to nil (GAT's in-cache channels: its time is per edge-head and
+    # per row): free, not the fallback rate of a family that was not measured
+    rate, overhead = (min(1.0 / coef[1], FREE_RATE) if coef[1] > 0 else FREE_RATE), float(coef[0])
     edge_part = design[:, 3] * coef[3]
     main_part = design[:, :3] @ coef[:3]
     if not bwd:
@@ -141,18 +148,22 @@ def fit_gather_rates(edge_s: Sequence[float], work: Sequence[float], gathered: S
     """In-cache rate ``r`` and out-of-cache rate ``r_mem`` of a family whose edge work ``w`` gathers rows of a
     ``G``-byte matrix, from shapes whose ``G`` straddles the cache ``L`` (a profile's ``llc_bytes``, fitted on SpMM):
     :math:`t = w (h / r + (1 - h) / r_{mem})`, :math:`h = \\min(1, L / G)`, non-negative least squares in
-    relative error. ``edge_s``: each shape's edge time (its time less the overhead and row terms). None where the
-    shapes do not tell the two apart (no shape beyond the cache, none inside it, or either rate not positive)."""
+    relative error. ``edge_s``: each shape's edge time (its time less the overhead, row and edge-visit terms; shapes
+    with none left are left out). ``r`` is :data:`FREE_RATE` where the in-cache work costs nothing measurable beside
+    those terms. None where the shapes do not tell the two apart (fewer than two shapes, none beyond the cache, none
+    inside it, or no out-of-cache cost)."""
     t, w, g = (np.asarray(v, dtype=float) for v in (edge_s, work, gathered))
-    if llc <= 0 or not len(t) or np.any(t <= 0):
+    keep = t > 0  # a shape whose other terms explain all its time: nothing left to fit (its rate then is free)
+    t, w, g = t[keep], w[keep], g[keep]
+    if llc <= 0 or len(t) < 2:
         return None
     hit = np.minimum(1.0, llc / g)
     if not (np.any(hit < 1.0) and np.any(hit > 0.5)):
         return None
     inv_r, inv_mem = fit_nonnegative(np.stack([w * hit, w * (1.0 - hit)], axis=1), t)
-    if inv_r <= 0 or inv_mem <= 0:
+    if inv_mem <= 0:
         return None
-    return float(1.0 / inv_r), float(1.0 / inv_mem)
+    return float(min(1.0 / inv_r, FREE_RATE)) if inv_r > 0 else FREE_RATE, float(1.0 / inv_mem)
 
 
 def fit_link(sizes: Sequence[int], result: dict[str, Any]) -> Link:
