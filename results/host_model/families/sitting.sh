@@ -56,18 +56,22 @@ for path in sys.argv[1:]:
     os.makedirs(dest, exist_ok=True)
     keep_manifest((rec[0] if isinstance(rec, list) else rec)["partition_dir"], dest)
 PY
-# the same profiles without their family factors: the change's A/B on the same records
-for p in 1core 2core; do
+# NOFAMILY=1: the same profiles without their family factors too (the A/B of s1-s11); PLOTS=1 keeps the main
+# validations' plots (s12 on keeps neither: the tree that travels to a lent device machine has a 64 MiB limit, and
+# `sarlab simulate --validate` redraws any plot from the committed CSV's records)
+NOFAMILY=${NOFAMILY:-0}; PLOTS=${PLOTS:-0}
+if [ "$NOFAMILY" = 1 ]; then for p in 1core 2core; do
   .venv/bin/python -c "import json,sys; d=json.load(open(sys.argv[1])); d.pop('family_scale',None); \
 json.dump(d,open(sys.argv[2],'w'),indent=1)" $D/profile_${p}_$TAG.json $D/profile_${p}_$TAG.nofamily.json
-done
+done; fi
 val() { # name, profile spec, records...
   local name=$1 spec=$2; shift 2
   .venv/bin/sarlab simulate --validate "$@" --profile "$spec" --validation-out $D/validation_${name}_$TAG.csv \
      > $D/validate_${name}_$TAG.log 2>&1
-  case $name in *nofamily*|*_p1|*_p2) rm -f $D/validation_${name}_$TAG.png ;; esac  # only the main ones keep a plot
+  case $PLOTS$name in 0*|*nofamily*|*_p1|*_p2) rm -f $D/validation_${name}_$TAG.png ;; esac
 }
-for v in "" .nofamily; do  # with PASSES=2 these pool both runs of a configuration (the median of their epochs)
+variants=""; [ "$NOFAMILY" = 1 ] && variants=".nofamily"
+for v in "" $variants; do  # with PASSES=2 these pool both runs of a configuration (the median of their epochs)
   val 1core${v}_to_both "describe:base=$D/profile_1core_$TAG$v.json,cores=2" $R/both_*.json
   val 2core${v}_to_both $D/profile_2core_$TAG$v.json $R/both_*.json
   val 2core${v}_to_core0 "describe:base=$D/profile_2core_$TAG$v.json,cores=1" $R/core0_*.json
