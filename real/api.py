@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from sarlab.common.log import progress_sink, shown
+from sarlab.common.machine import under_torchrun
 from sarlab.core.config import EngineConfig, SamplingConfig
 from sarlab.data.convert import to_graph
 from sarlab.data.graphs import Graph, load_graph
@@ -84,11 +85,6 @@ class GradientResult:
     logits: torch.Tensor
     init: dict
     bytes_sent: list
-
-
-def under_torchrun() -> bool:
-    """True in a process that torchrun (or another env:// launcher) started."""
-    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))
 
 
 def _model_config(model: ModelConfig | str) -> ModelConfig:

@@ -156,3 +156,20 @@ def test_a_module_runs_forked_with_its_argv_cwd_and_streams(tmp_path, monkeypatc
 def _comm(pid: int) -> str:
     with open(f"/proc/{pid}/comm") as f:
         return f.read().strip()
+
+
+def test_the_cli_starts_the_zygote_only_where_it_will_launch_workers(monkeypatch):
+    """A rank that torchrun or another env:// launcher started (RANK, WORLD_SIZE, MASTER_ADDR set, with or without
+    torchrun's own TORCHELASTIC_RUN_ID) trains in-process: no zygote for workers it will never start."""
+    from sarlab.real.commands.cli import _launches_workers
+
+    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(key, raising=False)
+    assert _launches_workers(["train", "--graph", "g"])
+    assert not _launches_workers(["train", "--help"]) and not _launches_workers(["simulate", "--graph", "g"])
+    assert not _launches_workers(["train", "--net", "veth:2"])
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert _launches_workers(["train", "--graph", "g"])  # RANK alone is not a launcher
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    assert not _launches_workers(["train", "--graph", "g"])

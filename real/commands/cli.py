@@ -161,10 +161,12 @@ LAUNCHING = ("train", "verify", "demo", "bench", "reproduce", "profile")
 
 
 def _launches_workers(argv: list[str]) -> bool:
-    """Whether ``argv`` will start local workers on loopback (not help, not as one rank under torchrun, not on an
-    emulated network, whose workers start inside its namespaces)."""
+    """Whether ``argv`` will start local workers on loopback (not help, not as one rank under torchrun or another
+    env:// launcher, not on an emulated network, whose workers start inside its namespaces)."""
+    from sarlab.common.machine import under_torchrun
+
     return (argv[0] in LAUNCHING and not {"-h", "--help"} & set(argv[1:]) and "TORCHELASTIC_RUN_ID" not in os.environ
-            and not any("veth" in a for a in argv[1:]))
+            and not under_torchrun() and not any("veth" in a for a in argv[1:]))
 
 
 def _check_json_option(args: list[str]) -> None:

@@ -1,4 +1,5 @@
-"""Facts about the machine a measurement ran on: CPU model, usable cores, load, the date.
+"""Facts about the machine a measurement ran on (CPU model, usable cores, load, the date) and how this process was
+started (:func:`under_torchrun`).
 
 Every measured record, figure banner and calibrated profile names its machine through these functions, so
 that records from different CPUs are never compared without a warning.
@@ -48,3 +49,9 @@ def load_averages() -> str:
 def today() -> str:
     """Today's date in UTC, ``YYYY-MM-DD``."""
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+
+
+def under_torchrun() -> bool:
+    """True in a process that torchrun (or another env:// launcher) started: ``RANK``, ``WORLD_SIZE`` and
+    ``MASTER_ADDR`` set."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))
