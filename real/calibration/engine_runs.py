@@ -89,12 +89,12 @@ FAMILY_HIDDEN = 128
 #: the memory method the curve is fitted under (``sarlab train``'s default), and the other one, whose ratio to it is
 #: measured at the middle size (:attr:`sarlab.simulator.hardware.profile.Profile.memory_scale`)
 CURVE_MEMORY, OTHER_MEMORY = "live", "rss"
-#: whether the aggregation families take their timed factors (:func:`family_scale_of`). Off: on the Zen 5 VM's
-#: sittings s15 and s16 (2026-11-28) the same calibrations with least-squares factors predicted the hidden-128 grids
-#: better (median |error| 8.0 / 8.2 / 5.0 % and 7.3 / 13.5 / 7.1 % against 9.7 / 9.6 / 8.4 % and 11.6 / 15.7 /
-#: 10.8 %: cross-core / own / reverse), while the timed ones did better only at hidden 32 and 512
-#: (results/host_model/width); the timed factors stay in the profile's raw engine numbers (``aggregation_factors``)
-AGGREGATION_TIMED_FACTORS = False
+#: whether the aggregation families take their timed factors (:func:`family_scale_of`) in place of the shared
+#: least-squares one, the other families keeping theirs. Refitting GEMM and the rest around the timed factors
+#: compensated and did worse at hidden 128 (sittings s15, s16); keeping them and taking the timed aggregation did better
+#: in every validation of s15-s17 (replayed; results/host_model/families): the least-squares factor had priced SpMM at
+#: ~0.4 of its time, which weighs twice at P = 2, where the split doubles the aggregation
+AGGREGATION_TIMED_FACTORS = True
 #: seconds one engine child may take (a full pass: ~40 s on the quiet 2-core VM)
 CHILD_TIMEOUT_S = 900
 
@@ -255,7 +255,7 @@ def family_scale_of(rows: list[tuple[pd.Series, PartitionStats]], curved: Profil
     The aggregation families whose time some runs measured (``aggregation_s``,
     :func:`sarlab.real.calibration.harness.aggregation_seconds`) have that factor recorded in
     ``raw["aggregation_factors"]`` (:func:`sarlab.simulator.calibration.fitting.aggregation_factors`); with
-    :data:`AGGREGATION_TIMED_FACTORS` they take it and the rest is fitted around them."""
+    :data:`AGGREGATION_TIMED_FACTORS` they take it in place of the least-squares factor (the others keep theirs)."""
     if not rows:
         return {}
     splits = [family_seconds(row, curved, stats) for row, stats in rows]
@@ -265,21 +265,20 @@ def family_scale_of(rows: list[tuple[pd.Series, PartitionStats]], curved: Profil
                             "aggregation_s": a, **split}
                            for (row, _), m, a, split in zip(rows, measured, aggregation, splits, strict=True)]
     timed = aggregation_factors(aggregation, splits)
-    raw["aggregation_factors"] = timed  # recorded, not used: see below
-    factors = fit_family_scale(measured, splits, known=timed if AGGREGATION_TIMED_FACTORS else None)
-    known = timed if AGGREGATION_TIMED_FACTORS else {}
+    raw["aggregation_factors"] = timed
+    factors = fit_family_scale(measured, splits)  # GEMM apart, every other family one factor (least squares)
+    fitted_rest = next((v for f, v in factors.items() if f not in FAMILY_APART), None)
+    if AGGREGATION_TIMED_FACTORS:
+        factors = {**factors, **{f: v for f, v in timed.items() if f in factors}}
     low, high = FAMILY_BOUNDS
-    apart = [f for f in FAMILY_APART if f in factors]
-    rest = next((v for f, v in factors.items() if f not in FAMILY_APART and f not in known), None)
-    words = ([f"{f} {factors[f]:.2f}" for f in apart]
-             + [f"{f} {v:.2f} (its aggregation timed)" for f, v in known.items()]
-             + ([f"every other family {rest:.2f}"] if rest is not None else []))
+    words = ([f"{f} {factors[f]:.2f}" for f in FAMILY_APART if f in factors]
+             + ([f"every other family {fitted_rest:.2f}"] if fitted_rest is not None else []))
     bound = " (a bound reached)" if any(v in (low, high) for v in factors.values()) else ""
     log("    op families over the curve (" + ", ".join(dict.fromkeys(str(r["model"]).upper() for r, _ in rows))
         + " runs): " + ", ".join(words) + bound)
-    if timed and not known:
-        log("    aggregation as timed, over the curve (recorded, not used): "
-            + ", ".join(f"{f} {v:.2f}" for f, v in timed.items()))
+    if timed:
+        log("    aggregation as timed, over the curve: " + ", ".join(f"{f} {v:.2f}" for f, v in timed.items())
+            + ("" if AGGREGATION_TIMED_FACTORS else " (recorded, not used)"))
     return factors
 
 
