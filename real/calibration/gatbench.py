@@ -136,8 +136,7 @@ def _bench(cal: Calibration, found: Findings, cores: int, gen: torch.Generator, 
     fit = fit_op(rows_fit, fwd, bwd, 2e8 if fused else 5e7)
     found.raw[name] = {"shapes": shapes, "fwd": fwd, "bwd": bwd,
                        "entry": "sarlab.nn.gat.AttentionAggregation"}
-    return OpCost(rate=fit.rate, overhead_s=fit.overhead_s, bwd_ratio=fit.bwd_ratio, parallel_eff=eff,
-                  row_rate=fit.row_rate, edge_rate=fit.edge_rate, edge_bwd_ratio=fit.edge_bwd_ratio)
+    return OpCost(**fit._asdict(), parallel_eff=eff)
 
 
 def bench_gat_autograd(cal: Calibration, found: Findings, cores: int, gen: torch.Generator) -> OpCost:
@@ -191,8 +190,7 @@ def _with_cache(cal: Calibration, found: Findings, gen: torch.Generator, cost: O
         both = time_call(forward, cal.repeats) + time_call(backward, cal.repeats)
         rows_s = active_rows(n * deg, n) * heads * ch / cost.row_rate if cost.row_rate else 0.0
         visits = n * deg * heads / cost.edge_rate if cost.edge_rate else 0.0  # each edge-head's own cost
-        rho_e = cost.bwd_ratio if cost.edge_bwd_ratio is None else cost.edge_bwd_ratio
-        edge_s.append((both - (1.0 + rho_e) * visits) / (1.0 + cost.bwd_ratio) - cost.overhead_s - rows_s)
+        edge_s.append((both - (1.0 + cost.edge_ratio) * visits) / (1.0 + cost.bwd_ratio) - cost.overhead_s - rows_s)
         work.append(float(n * deg * heads * ch))
         gathered.append(n * (heads * ch + heads) * 4.0)
     found.raw["gat_fused"]["cache_sweep"] = {"rows": list(CACHE_ROWS), "shape": list(CACHE_SWEEP), "edge_s": edge_s}

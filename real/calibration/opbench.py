@@ -209,10 +209,8 @@ def bench_spmm(cal: Calibration, found: Findings, cores: int, gen: torch.Generat
                          "fresh_excess_s": excess, "backend": backend, "entry": "sarlab.core.shards.Shard.spmm",
                          "cache_sweep": {"shapes": cache_sweep(cal), "edge_s": edge_s, "gathered_bytes": gathered}}
     found.raw["llc_bytes"] = llc
-    return OpCost(rate=rate, overhead_s=overhead, bwd_ratio=fit.bwd_ratio, parallel_eff=eff, row_rate=row_rate,
-                  mem_rate=mem_rate if llc > 0 else None,
-                  fresh_rate=float(statistics.median(fresh)) if fresh else None,
-                  edge_rate=fit.edge_rate, edge_bwd_ratio=fit.edge_bwd_ratio)
+    return OpCost(**fit._asdict(), parallel_eff=eff, mem_rate=mem_rate if llc > 0 else None,
+                  fresh_rate=float(statistics.median(fresh)) if fresh else None)
 
 
 def bench_max(cal: Calibration, found: Findings, cores: int, gen: torch.Generator) -> OpCost:
@@ -242,8 +240,7 @@ def bench_max(cal: Calibration, found: Findings, cores: int, gen: torch.Generato
     eff = parallel_eff(cal, found, cores, lambda: agg.accumulate(state, shard, x, None, ()), "max_aggr")
     fit = fit_op(rows, fwd, bwd, 1e8)
     found.raw["max_aggr"] = {"shapes": shapes, "fwd": fwd, "bwd": bwd, "entry": "sarlab.core.aggregators.Aggregation"}
-    return OpCost(rate=fit.rate, overhead_s=fit.overhead_s, bwd_ratio=fit.bwd_ratio, parallel_eff=eff,
-                  row_rate=fit.row_rate, edge_rate=fit.edge_rate, edge_bwd_ratio=fit.edge_bwd_ratio)
+    return OpCost(**fit._asdict(), parallel_eff=eff)
 
 
 def bench_elementwise(cal: Calibration, found: Findings, cores: int) -> OpCost:

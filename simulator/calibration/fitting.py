@@ -49,8 +49,8 @@ FREE_RATE = 1e15
 
 
 class OpFit(NamedTuple):
-    """A sparse family's fitted costs (:func:`fit_op`; the fields of :class:`~sarlab.simulator.hardware.opcost.OpCost`
-    of the same names)."""
+    """A sparse family's fitted costs (:func:`fit_op`): fields of :class:`~sarlab.simulator.hardware.opcost.OpCost` by
+    the same names, so ``OpCost(**fit._asdict(), parallel_eff=...)`` builds the family's cost."""
 
     rate: float
     overhead_s: float

@@ -102,6 +102,11 @@ class OpCost:
         """``share_eff``, or ``parallel_eff`` where co-located processes were not measured."""
         return self.parallel_eff if self.share_eff is None else self.share_eff
 
+    @property
+    def edge_ratio(self) -> float:
+        """``rho_e``: the backward's edge term over the forward's, ``bwd_ratio`` where not fitted apart."""
+        return self.bwd_ratio if self.edge_bwd_ratio is None else self.edge_bwd_ratio
+
     def speedup(self, threads: float) -> float:
         """:math:`s(T)`: from :attr:`speedups` where measured (see the class docstring), else
         :math:`1 + (T-1)\\eta`."""

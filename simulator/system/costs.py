@@ -65,8 +65,7 @@ class CostModel:
         if op.backward:
             t = t * cost.bwd_ratio
         if cost.edge_rate is not None and np.any(np.asarray(op.edges) > 0):
-            ratio = (cost.bwd_ratio if cost.edge_bwd_ratio is None else cost.edge_bwd_ratio) if op.backward else 1.0
-            t = t + ratio * op.edges / (cost.edge_rate * speed)
+            t = t + (cost.edge_ratio if op.backward else 1.0) * op.edges / (cost.edge_rate * speed)
         if cost.fresh_rate is not None:
             t = t + op.fresh / (cost.fresh_rate * speed)
         return t * self._factor[op.family]
